@@ -1,0 +1,1 @@
+//! Collective algorithms, one file per algorithm, all written against `transport::Transport`.

@@ -1,0 +1,16 @@
+//! rustdist-core: the collective-communication engine behind `rustdist`.
+//!
+//! Pure Rust, no Python: stores (TCP, file, hash, prefix), transports (TCP mesh), collective
+//! algorithms written against [`transport::Transport`], and process groups that run every
+//! collective as a [`work::Work`] on the group's own worker thread.
+
+pub mod algorithms;
+pub mod error;
+pub mod reduce;
+pub mod store;
+pub mod tensor;
+pub mod transport;
+pub mod types;
+
+pub use error::{Error, Result};
+pub use types::{CollectiveKind, DType, ReduceOp};

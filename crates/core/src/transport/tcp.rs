@@ -1,0 +1,1 @@
+//! TCP transport: a full mesh of sockets between the ranks of a group.

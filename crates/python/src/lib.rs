@@ -1,0 +1,12 @@
+//! `rustdist._core`: thin PyO3 wrappers over rustdist-core. Converts arguments, releases the
+//! GIL around every blocking call, and maps core errors to Python exceptions (see `error.rs`).
+
+use pyo3::prelude::*;
+
+mod error;
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}
