@@ -4,9 +4,11 @@
 use pyo3::prelude::*;
 
 mod error;
+mod store;
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    store::register(m)?;
     Ok(())
 }
