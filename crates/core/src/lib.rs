@@ -6,11 +6,15 @@
 
 pub mod algorithms;
 pub mod error;
+pub mod group;
 pub mod reduce;
 pub mod store;
 pub mod tensor;
 pub mod transport;
 pub mod types;
+pub mod work;
 
 pub use error::{Error, Result};
+pub use group::ProcessGroup;
 pub use types::{CollectiveKind, DType, ReduceOp};
+pub use work::Work;

@@ -1,0 +1,514 @@
+//! Process groups: rendezvous through a store, a TCP mesh, and one worker thread that runs the
+//! group's operations in issue order.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::algorithms::{self, AlgoOverrides};
+use crate::error::{Error, Result};
+use crate::reduce;
+use crate::store::Store;
+use crate::tensor::{RawBuf, Tensor};
+use crate::transport::tcp::TcpTransport;
+use crate::transport::{OpCtx, Signature, Transport};
+use crate::types::{CollectiveKind, DType, ReduceOp};
+use crate::work::{Keepalive, Work};
+
+/// How long the idle worker re-checks its queue before sleeping (see `work::SPIN`).
+const SPIN: Duration = Duration::from_micros(20);
+
+type Job = Box<dyn FnOnce(&mut Engine) + Send>;
+
+#[derive(Default)]
+struct QueueState {
+    jobs: VecDeque<Job>,
+    closed: bool,
+}
+
+#[derive(Default)]
+struct Queue {
+    state: Mutex<QueueState>,
+    cond: Condvar,
+    /// Set when the group is aborted: queued work fails instead of running.
+    aborted: AtomicBool,
+}
+
+impl Queue {
+    fn lock(&self) -> MutexGuard<'_, QueueState> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn push(&self, job: Job) -> Result<()> {
+        let mut st = self.lock();
+        if st.closed {
+            return Err(Error::Runtime(
+                "the process group has been destroyed; create a new one".into(),
+            ));
+        }
+        st.jobs.push_back(job);
+        drop(st);
+        self.cond.notify_one();
+        Ok(())
+    }
+
+    /// The next job; `None` once closed and drained.
+    fn pop(&self) -> Option<Job> {
+        let start = Instant::now();
+        loop {
+            {
+                let mut st = self.lock();
+                if let Some(job) = st.jobs.pop_front() {
+                    return Some(job);
+                }
+                if st.closed {
+                    return None;
+                }
+                if start.elapsed() >= SPIN {
+                    while st.jobs.is_empty() && !st.closed {
+                        st = self
+                            .cond
+                            .wait(st)
+                            .unwrap_or_else(|poisoned| poisoned.into_inner());
+                    }
+                    continue;
+                }
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    fn close(&self) {
+        self.lock().closed = true;
+        self.cond.notify_all();
+    }
+}
+
+/// State owned by the worker thread.
+struct Engine {
+    transport: Box<dyn Transport>,
+    seq: u64,
+    timeout: Duration,
+    algos: AlgoOverrides,
+    failed: Option<Error>,
+    size: usize,
+}
+
+impl Engine {
+    /// Runs one collective under a fresh sequence number; a network or backend failure makes
+    /// the group fail every later operation and tells the peers.
+    fn collective(
+        &mut self,
+        sig: Signature,
+        reduce: ReduceOp,
+        body: impl FnOnce(&mut dyn Transport, &OpCtx, &AlgoOverrides) -> Result<()>,
+    ) -> Result<()> {
+        self.check()?;
+        self.seq += 1;
+        let ctx = OpCtx {
+            seq: self.seq,
+            sig,
+            reduce,
+            deadline: Instant::now() + self.timeout,
+        };
+        let outcome = body(self.transport.as_mut(), &ctx, &self.algos);
+        self.record(outcome)
+    }
+
+    fn check(&self) -> Result<()> {
+        match &self.failed {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+
+    fn record<T>(&mut self, outcome: Result<T>) -> Result<T> {
+        if let Err(e @ (Error::Network(_) | Error::Backend(_))) = &outcome {
+            if self.failed.is_none() {
+                self.failed = Some(e.clone());
+                self.transport.abort(&e.to_string());
+            }
+        }
+        outcome
+    }
+
+    fn deadline(&self) -> Instant {
+        Instant::now() + self.timeout
+    }
+}
+
+/// A group of ranks. Construction is collective: every rank constructs it with the same store
+/// and name. Operations are queued to the group's worker and return a [`Work`].
+pub struct ProcessGroup {
+    rank: usize,
+    size: usize,
+    name: String,
+    timeout: Duration,
+    queue: Arc<Queue>,
+}
+
+/// FNV-1a: a stable 32-bit id of the group name, carried in every frame header.
+fn group_id(name: &str) -> u32 {
+    name.bytes().fold(0x811c_9dc5u32, |h, b| {
+        (h ^ b as u32).wrapping_mul(0x0100_0193)
+    })
+}
+
+/// The kernel op that carries `op` on the wire: AVG and PREMUL_SUM travel as SUM.
+fn kernel_op(op: ReduceOp) -> ReduceOp {
+    match op {
+        ReduceOp::Avg | ReduceOp::PremulSum => ReduceOp::Sum,
+        other => other,
+    }
+}
+
+fn check_reduce(dtype: DType, op: ReduceOp) -> Result<()> {
+    match op {
+        ReduceOp::PremulSum => Err(Error::Runtime(
+            "ReduceOp.PREMUL_SUM needs a scale factor and is not supported yet".into(),
+        )),
+        ReduceOp::Avg if !(dtype.is_float() || dtype.is_complex()) => Err(Error::Runtime(
+            format!("ReduceOp.AVG is not supported for {}", dtype.name()),
+        )),
+        _ => reduce::check_supported(dtype, kernel_op(op)),
+    }
+}
+
+impl ProcessGroup {
+    /// Joins the group: rendezvous under `name` in `store`, a TCP connection to every peer.
+    pub fn new(
+        store: Arc<dyn Store>,
+        rank: usize,
+        size: usize,
+        name: &str,
+        timeout: Duration,
+    ) -> Result<ProcessGroup> {
+        if size == 0 || rank >= size {
+            return Err(Error::invalid(format!(
+                "rank {rank} is out of range for a group of size {size}"
+            )));
+        }
+        let algos = AlgoOverrides::from_env()?;
+        let transport = TcpTransport::connect(store, name, rank, size, group_id(name), timeout)?;
+        let queue = Arc::new(Queue::default());
+        let mut engine = Engine {
+            transport: Box::new(transport),
+            seq: 0,
+            timeout,
+            algos,
+            failed: None,
+            size,
+        };
+        let worker_queue = queue.clone();
+        std::thread::Builder::new()
+            .name(format!("rustdist-{rank}"))
+            .spawn(move || {
+                while let Some(job) = worker_queue.pop() {
+                    job(&mut engine);
+                }
+                if engine.failed.is_none() {
+                    engine.transport.shutdown();
+                }
+            })
+            .map_err(|e| Error::Runtime(format!("cannot start the group's worker: {e}")))?;
+        Ok(ProcessGroup {
+            rank,
+            size,
+            name: name.to_string(),
+            timeout,
+            queue,
+        })
+    }
+
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Queues `body`; its `Ok(Some(rank))` becomes the Work's source rank.
+    fn submit(
+        &self,
+        keep: Option<Keepalive>,
+        body: impl FnOnce(&mut Engine) -> Result<Option<usize>> + Send + 'static,
+    ) -> Result<Work> {
+        let work = Work::new(keep);
+        let done = work.clone();
+        let queue = self.queue.clone();
+        self.queue.push(Box::new(move |engine| {
+            if queue.aborted.load(Ordering::Acquire) {
+                done.complete(
+                    Err(Error::backend("the process group was aborted")),
+                    None,
+                );
+                return;
+            }
+            match body(engine) {
+                Ok(src) => done.complete(Ok(()), src),
+                Err(e) => done.complete(Err(e), None),
+            }
+        }))?;
+        Ok(work)
+    }
+
+    fn check_rank(&self, what: &str, r: usize) -> Result<()> {
+        if r >= self.size {
+            return Err(Error::invalid(format!(
+                "{what} {r} is out of range for a group of size {}",
+                self.size
+            )));
+        }
+        Ok(())
+    }
+
+    /// In-place all_reduce of `t` with `op`.
+    pub fn all_reduce(&self, t: Tensor, op: ReduceOp, keep: Option<Keepalive>) -> Result<Work> {
+        check_reduce(t.dtype, op)?;
+        let sig = Signature {
+            kind: CollectiveKind::AllReduce,
+            dtype: t.dtype,
+            op,
+            count: t.numel as u64,
+        };
+        self.submit(keep, move |eng| {
+            let size = eng.size;
+            eng.collective(sig, kernel_op(op), |tr, ctx, algos| {
+                // SAFETY: the caller keeps `t` alive and untouched until the Work completes.
+                let buf = unsafe { t.buf.as_mut_slice() };
+                algorithms::all_reduce(tr, ctx, buf, algos)?;
+                if op == ReduceOp::Avg {
+                    reduce::scale(t.dtype, buf, 1.0 / size as f64)?;
+                }
+                Ok(())
+            })?;
+            Ok(None)
+        })
+    }
+
+    /// Broadcast of `t` from `root` to every rank, in place.
+    pub fn broadcast(&self, t: Tensor, root: usize, keep: Option<Keepalive>) -> Result<Work> {
+        self.check_rank("broadcast root", root)?;
+        let sig = Signature {
+            kind: CollectiveKind::Broadcast,
+            dtype: t.dtype,
+            op: ReduceOp::Sum,
+            count: t.numel as u64,
+        };
+        self.submit(keep, move |eng| {
+            eng.collective(sig, ReduceOp::Sum, |tr, ctx, algos| {
+                // SAFETY: the caller keeps `t` alive and untouched until the Work completes.
+                let buf = unsafe { t.buf.as_mut_slice() };
+                algorithms::broadcast(tr, ctx, buf, root, algos)
+            })?;
+            Ok(None)
+        })
+    }
+
+    /// Gathers every rank's `input` into `outputs[rank]` on every rank.
+    pub fn all_gather(
+        &self,
+        input: Tensor,
+        outputs: Vec<RawBuf>,
+        keep: Option<Keepalive>,
+    ) -> Result<Work> {
+        if outputs.len() != self.size {
+            return Err(Error::invalid(format!(
+                "all_gather needs {} output tensors (one per rank), got {}",
+                self.size,
+                outputs.len()
+            )));
+        }
+        if let Some((r, o)) = outputs
+            .iter()
+            .enumerate()
+            .find(|(_, o)| o.len() != input.nbytes())
+        {
+            return Err(Error::invalid(format!(
+                "all_gather output {r} has {} bytes but the input has {} ({} elements of {})",
+                o.len(),
+                input.nbytes(),
+                input.numel,
+                input.dtype.name()
+            )));
+        }
+        let sig = Signature {
+            kind: CollectiveKind::AllGather,
+            dtype: input.dtype,
+            op: ReduceOp::Sum,
+            count: input.numel as u64,
+        };
+        let rank = self.rank;
+        self.submit(keep, move |eng| {
+            eng.collective(sig, ReduceOp::Sum, |tr, ctx, algos| {
+                let own = outputs[rank];
+                // SAFETY: both views are alive until the Work completes; ptr::copy allows the
+                // input to be (part of) the output, as all_gather_into_tensor in place does.
+                unsafe {
+                    std::ptr::copy(
+                        input.buf.as_slice().as_ptr(),
+                        own.as_mut_slice().as_mut_ptr(),
+                        input.nbytes(),
+                    )
+                };
+                // SAFETY: the caller keeps every output alive and untouched until completion.
+                let mut blocks: Vec<&mut [u8]> =
+                    outputs.iter().map(|o| unsafe { o.as_mut_slice() }).collect();
+                algorithms::all_gather(tr, ctx, &mut blocks, algos)
+            })?;
+            Ok(None)
+        })
+    }
+
+    /// Reduces `input` (size blocks of `output.numel` elements) and leaves block `rank` of the
+    /// result in `output`. The input is not modified.
+    pub fn reduce_scatter(
+        &self,
+        input: Tensor,
+        output: Tensor,
+        op: ReduceOp,
+        keep: Option<Keepalive>,
+    ) -> Result<Work> {
+        check_reduce(input.dtype, op)?;
+        if input.dtype != output.dtype {
+            return Err(Error::invalid(format!(
+                "reduce_scatter input is {} but output is {}",
+                input.dtype.name(),
+                output.dtype.name()
+            )));
+        }
+        if input.numel != output.numel * self.size {
+            return Err(Error::invalid(format!(
+                "reduce_scatter input must have world_size ({}) times the output's {} elements, got {}",
+                self.size, output.numel, input.numel
+            )));
+        }
+        let sig = Signature {
+            kind: CollectiveKind::ReduceScatter,
+            dtype: input.dtype,
+            op,
+            count: output.numel as u64,
+        };
+        self.submit(keep, move |eng| {
+            let size = eng.size;
+            eng.collective(sig, kernel_op(op), |tr, ctx, algos| {
+                // SAFETY: the caller keeps both tensors alive and untouched until completion.
+                let (src, out) = unsafe { (input.buf.as_slice(), output.buf.as_mut_slice()) };
+                let mut work = src.to_vec();
+                algorithms::reduce_scatter(tr, ctx, &mut work, out.len(), out, algos)?;
+                if op == ReduceOp::Avg {
+                    reduce::scale(output.dtype, out, 1.0 / size as f64)?;
+                }
+                Ok(())
+            })?;
+            Ok(None)
+        })
+    }
+
+    /// Returns once every rank has entered the barrier.
+    pub fn barrier(&self) -> Result<Work> {
+        let sig = Signature {
+            kind: CollectiveKind::Barrier,
+            dtype: DType::U8,
+            op: ReduceOp::Sum,
+            count: 0,
+        };
+        self.submit(None, move |eng| {
+            eng.collective(sig, ReduceOp::Sum, |tr, ctx, algos| {
+                algorithms::barrier(tr, ctx, algos)
+            })?;
+            Ok(None)
+        })
+    }
+
+    /// Sends `t` to `dst` with `tag`.
+    pub fn send(&self, t: Tensor, dst: usize, tag: i64, keep: Option<Keepalive>) -> Result<Work> {
+        self.check_rank("send destination rank", dst)?;
+        if dst == self.rank {
+            return Err(Error::invalid(format!(
+                "rank {dst} cannot send to itself"
+            )));
+        }
+        self.submit(keep, move |eng| {
+            eng.check()?;
+            let deadline = eng.deadline();
+            // SAFETY: the caller keeps `t` alive and untouched until the Work completes.
+            let data = unsafe { t.buf.as_slice() };
+            let outcome = eng.transport.send_tagged(dst, tag, data, deadline);
+            eng.record(outcome)?;
+            Ok(None)
+        })
+    }
+
+    /// Receives into `t` from `src` (any rank when `None`) with `tag`; the Work's source rank is
+    /// the sender.
+    pub fn recv(
+        &self,
+        t: Tensor,
+        src: Option<usize>,
+        tag: i64,
+        keep: Option<Keepalive>,
+    ) -> Result<Work> {
+        if let Some(s) = src {
+            self.check_rank("recv source rank", s)?;
+            if s == self.rank {
+                return Err(Error::invalid(format!(
+                    "rank {s} cannot receive from itself"
+                )));
+            }
+        }
+        self.submit(keep, move |eng| {
+            eng.check()?;
+            let deadline = eng.deadline();
+            // SAFETY: the caller keeps `t` alive and untouched until the Work completes.
+            let buf = unsafe { t.buf.as_mut_slice() };
+            let outcome = eng.transport.recv_tagged(src, tag, buf, deadline);
+            Ok(Some(eng.record(outcome)?))
+        })
+    }
+
+    /// Leaves the group cleanly: queued work still runs, then peers are told and sockets close.
+    pub fn shutdown(&self) {
+        self.queue.close();
+    }
+
+    /// Fails all queued work and tells the peers; the operation in progress ends at its timeout
+    /// or when its peers fail.
+    pub fn abort(&self) {
+        self.queue.aborted.store(true, Ordering::Release);
+        let _ = self.queue.push(Box::new(|engine| {
+            let outcome: Result<()> = Err(Error::backend("the process group was aborted"));
+            let _ = engine.record(outcome);
+        }));
+        self.queue.close();
+    }
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        self.queue.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn group_ids_differ_and_are_stable() {
+        assert_eq!(group_id("default_pg"), group_id("default_pg"));
+        assert_ne!(group_id("a"), group_id("b"));
+    }
+}

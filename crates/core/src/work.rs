@@ -1,0 +1,183 @@
+//! Work: the handle of one collective or point-to-point operation run by a group's worker.
+
+use std::any::Any;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+
+/// Called once with the outcome when the Work completes.
+pub type Callback = Box<dyn FnOnce(&Result<()>) + Send>;
+
+/// Whatever keeps the Work's buffers alive (e.g. references to Python tensors); dropped when the
+/// Work completes.
+pub type Keepalive = Box<dyn Any + Send>;
+
+/// How long a waiter re-checks before sleeping. Short: on 2 cores a spinning waiter starves the
+/// rank's own worker.
+const SPIN: Duration = Duration::from_micros(20);
+
+#[derive(Default)]
+struct State {
+    outcome: Option<Result<()>>,
+    source_rank: Option<usize>,
+    callbacks: Vec<Callback>,
+    keepalive: Option<Keepalive>,
+}
+
+struct Inner {
+    done: AtomicBool,
+    state: Mutex<State>,
+    cond: Condvar,
+}
+
+/// A shared handle: the group's worker completes it, callers wait on it.
+#[derive(Clone)]
+pub struct Work {
+    inner: Arc<Inner>,
+}
+
+impl Work {
+    pub(crate) fn new(keepalive: Option<Keepalive>) -> Work {
+        Work {
+            inner: Arc::new(Inner {
+                done: AtomicBool::new(false),
+                state: Mutex::new(State {
+                    keepalive,
+                    ..State::default()
+                }),
+                cond: Condvar::new(),
+            }),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock leaves plain data behind; keep using it.
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Records the outcome, releases the buffers and runs the callbacks (outside the lock).
+    pub(crate) fn complete(&self, outcome: Result<()>, source_rank: Option<usize>) {
+        let (callbacks, keepalive) = {
+            let mut st = self.state();
+            if st.outcome.is_some() {
+                return;
+            }
+            st.outcome = Some(outcome.clone());
+            st.source_rank = source_rank;
+            (std::mem::take(&mut st.callbacks), st.keepalive.take())
+        };
+        drop(keepalive);
+        self.inner.done.store(true, Ordering::Release);
+        self.inner.cond.notify_all();
+        for cb in callbacks {
+            cb(&outcome);
+        }
+    }
+
+    pub fn is_completed(&self) -> bool {
+        self.inner.done.load(Ordering::Acquire)
+    }
+
+    /// The outcome once completed.
+    pub fn outcome(&self) -> Option<Result<()>> {
+        if !self.is_completed() {
+            return None;
+        }
+        self.state().outcome.clone()
+    }
+
+    /// The sender's rank of a completed receive.
+    pub fn source_rank(&self) -> Option<usize> {
+        self.state().source_rank
+    }
+
+    /// Waits until completed, then returns its outcome. With a `timeout` that passes first it
+    /// fails with [`Error::Backend`] and the Work keeps running (it can be waited on again).
+    pub fn wait(&self, timeout: Option<Duration>) -> Result<()> {
+        let start = Instant::now();
+        while start.elapsed() < SPIN {
+            if self.is_completed() {
+                return self.outcome().unwrap_or(Ok(()));
+            }
+            std::hint::spin_loop();
+        }
+        let deadline = timeout.map(|t| start + t);
+        let mut st = self.state();
+        while st.outcome.is_none() {
+            st = match deadline {
+                None => self
+                    .inner
+                    .cond
+                    .wait(st)
+                    .unwrap_or_else(|poisoned| poisoned.into_inner()),
+                Some(d) => {
+                    let Some(left) = d.checked_duration_since(Instant::now()) else {
+                        return Err(Error::backend(format!(
+                            "Work.wait timed out after {:.3}s; the operation is still in progress",
+                            timeout.unwrap_or_default().as_secs_f64()
+                        )));
+                    };
+                    self.inner
+                        .cond
+                        .wait_timeout(st, left)
+                        .unwrap_or_else(|poisoned| poisoned.into_inner())
+                        .0
+                }
+            };
+        }
+        st.outcome.clone().unwrap_or(Ok(()))
+    }
+
+    /// Runs `cb` with the outcome when the Work completes, at once if it already has.
+    pub fn on_complete(&self, cb: Callback) {
+        let outcome = {
+            let mut st = self.state();
+            match &st.outcome {
+                Some(o) => o.clone(),
+                None => {
+                    st.callbacks.push(cb);
+                    return;
+                }
+            }
+        };
+        cb(&outcome);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wait_timeout_leaves_work_pending() {
+        let w = Work::new(None);
+        let err = w.wait(Some(Duration::from_millis(10))).unwrap_err();
+        assert!(matches!(err, Error::Backend(_)));
+        assert!(!w.is_completed());
+        assert!(w.outcome().is_none());
+        let w2 = w.clone();
+        let t = std::thread::spawn(move || w2.complete(Ok(()), Some(3)));
+        w.wait(None).unwrap();
+        t.join().unwrap();
+        assert_eq!(w.source_rank(), Some(3));
+    }
+
+    #[test]
+    fn callbacks_run_once_with_outcome() {
+        let w = Work::new(Some(Box::new(vec![1u8])));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s = seen.clone();
+        w.on_complete(Box::new(move |r| s.lock().unwrap().push(r.is_ok())));
+        w.complete(Err(Error::backend("boom")), None);
+        w.complete(Ok(()), None);
+        let s = seen.clone();
+        w.on_complete(Box::new(move |r| s.lock().unwrap().push(r.is_ok())));
+        assert_eq!(*seen.lock().unwrap(), vec![false, false]);
+        assert!(w.wait(None).is_err());
+    }
+}

@@ -1,0 +1,170 @@
+//! `_core.ProcessGroup`: tensors arrive as (pointer, element count, dtype code) plus a `keep`
+//! object the engine holds until the Work completes; nothing is copied here.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use pyo3::prelude::*;
+use rustdist_core::tensor::{RawBuf, Tensor};
+use rustdist_core::work::Keepalive;
+use rustdist_core::{DType, ProcessGroup, ReduceOp};
+
+use crate::error::{CoreResult, PyDistError};
+use crate::store::store_from_py;
+use crate::work::PyWork;
+
+#[pyclass(module = "rustdist._core", name = "ProcessGroup", frozen, subclass)]
+pub struct PyProcessGroup {
+    pg: Arc<ProcessGroup>,
+}
+
+fn tensor(ptr: usize, numel: usize, dtype: u8) -> CoreResult<Tensor> {
+    let dtype = DType::from_code(dtype)?;
+    // SAFETY: the Python layer passes the data pointer of a live contiguous tensor of `numel`
+    // elements of `dtype`, and hands a reference to it to the Work (`keep`) until completion.
+    Ok(unsafe { Tensor::new(ptr as *mut u8, dtype, numel) })
+}
+
+fn keepalive(keep: Py<PyAny>) -> Option<Keepalive> {
+    Some(Box::new(keep))
+}
+
+#[pymethods]
+impl PyProcessGroup {
+    #[new]
+    fn new(
+        py: Python<'_>,
+        store: &Bound<'_, PyAny>,
+        rank: usize,
+        size: usize,
+        timeout: f64,
+        group_name: String,
+    ) -> PyResult<Self> {
+        let store = store_from_py(store)?;
+        let timeout = Duration::from_secs_f64(timeout);
+        let pg = py
+            .detach(|| ProcessGroup::new(store, rank, size, &group_name, timeout))
+            .map_err(PyDistError)?;
+        Ok(PyProcessGroup { pg: Arc::new(pg) })
+    }
+
+    #[getter]
+    fn rank(&self) -> usize {
+        self.pg.rank()
+    }
+
+    #[getter]
+    fn size(&self) -> usize {
+        self.pg.size()
+    }
+
+    #[getter]
+    fn group_name(&self) -> &str {
+        self.pg.name()
+    }
+
+    #[getter]
+    fn timeout(&self) -> f64 {
+        self.pg.timeout().as_secs_f64()
+    }
+
+    fn all_reduce(
+        &self,
+        ptr: usize,
+        numel: usize,
+        dtype: u8,
+        op: u8,
+        keep: Py<PyAny>,
+    ) -> CoreResult<PyWork> {
+        let t = tensor(ptr, numel, dtype)?;
+        let op = ReduceOp::from_code(op)?;
+        Ok(self.pg.all_reduce(t, op, keepalive(keep))?.into())
+    }
+
+    fn broadcast(
+        &self,
+        ptr: usize,
+        numel: usize,
+        dtype: u8,
+        root: usize,
+        keep: Py<PyAny>,
+    ) -> CoreResult<PyWork> {
+        let t = tensor(ptr, numel, dtype)?;
+        Ok(self.pg.broadcast(t, root, keepalive(keep))?.into())
+    }
+
+    fn all_gather(
+        &self,
+        in_ptr: usize,
+        out_ptrs: Vec<usize>,
+        numel: usize,
+        dtype: u8,
+        keep: Py<PyAny>,
+    ) -> CoreResult<PyWork> {
+        let input = tensor(in_ptr, numel, dtype)?;
+        let outputs: Vec<RawBuf> = out_ptrs
+            .into_iter()
+            .map(|p| tensor(p, numel, dtype).map(|t| t.buf))
+            .collect::<CoreResult<_>>()?;
+        Ok(self.pg.all_gather(input, outputs, keepalive(keep))?.into())
+    }
+
+    fn reduce_scatter(
+        &self,
+        in_ptr: usize,
+        out_ptr: usize,
+        numel: usize,
+        dtype: u8,
+        op: u8,
+        keep: Py<PyAny>,
+    ) -> CoreResult<PyWork> {
+        let input = tensor(in_ptr, numel * self.pg.size(), dtype)?;
+        let output = tensor(out_ptr, numel, dtype)?;
+        let op = ReduceOp::from_code(op)?;
+        Ok(self
+            .pg
+            .reduce_scatter(input, output, op, keepalive(keep))?
+            .into())
+    }
+
+    fn barrier(&self) -> CoreResult<PyWork> {
+        Ok(self.pg.barrier()?.into())
+    }
+
+    fn send(
+        &self,
+        ptr: usize,
+        numel: usize,
+        dtype: u8,
+        dst: usize,
+        tag: i64,
+        keep: Py<PyAny>,
+    ) -> CoreResult<PyWork> {
+        let t = tensor(ptr, numel, dtype)?;
+        Ok(self.pg.send(t, dst, tag, keepalive(keep))?.into())
+    }
+
+    #[pyo3(signature = (ptr, numel, dtype, src, tag, keep))]
+    fn recv(
+        &self,
+        ptr: usize,
+        numel: usize,
+        dtype: u8,
+        src: Option<usize>,
+        tag: i64,
+        keep: Py<PyAny>,
+    ) -> CoreResult<PyWork> {
+        let t = tensor(ptr, numel, dtype)?;
+        Ok(self.pg.recv(t, src, tag, keepalive(keep))?.into())
+    }
+
+    /// Leaves the group cleanly: queued work still runs, then peers are told.
+    fn shutdown(&self) {
+        self.pg.shutdown();
+    }
+
+    /// Fails queued work and tells peers the group is aborted.
+    fn abort(&self) {
+        self.pg.abort();
+    }
+}
