@@ -10,36 +10,71 @@ Reduce-op codes: SUM=0 PRODUCT=1 MIN=2 MAX=3 BAND=4 BOR=5 BXOR=6 AVG=7 PREMUL_SU
 Timeouts are float seconds.
 """
 
+import datetime
 from typing import Callable, Optional, Sequence
 
 __version__: str
 
 class Store:
-    """Base class of every store; not constructible itself."""
+    """Base class of every store (torch.distributed.Store); not constructible itself.
 
-    def set(self, key: str, value: str | bytes) -> None: ...
-    def get(self, key: str) -> bytes: ...
-    def add(self, key: str, value: int) -> int: ...
-    def append(self, key: str, value: str | bytes) -> None: ...
-    def check(self, keys: Sequence[str]) -> bool: ...
-    def compare_set(self, key: str, expected_value: str | bytes, desired_value: str | bytes) -> bytes: ...
-    def delete_key(self, key: str) -> bool: ...
-    def multi_get(self, keys: Sequence[str]) -> list[bytes]: ...
-    def multi_set(self, keys: Sequence[str], values: Sequence[str | bytes]) -> None: ...
-    def num_keys(self) -> int: ...
-    def wait(self, keys: Sequence[str], timeout: Optional[float] = None) -> None: ...
-    def set_timeout(self, timeout: float) -> None: ...
+    Keys are str; values are given as str, bytes or bytearray and returned as bytes.
+    Timeouts are given as datetime.timedelta (as torch) or float seconds, and reported as
+    datetime.timedelta. Blocking calls release the GIL; one store object may be used from
+    several threads at once. A timeout raises rustdist._errors.DistStoreError (a subclass
+    of torch.distributed.DistStoreError) naming the missing keys.
+    """
+
+    def set(self, key: str, value: str | bytes | bytearray) -> None:
+        """Inserts `key` with `value`, replacing any old value."""
+    def get(self, key: str) -> bytes:
+        """The value of `key`, waiting up to `timeout` for it to be set."""
+    def add(self, key: str, value: int) -> int:
+        """Adds `value` to the integer counter at `key` (created at 0); returns the new
+        value. Raises DistStoreError naming the key when it holds a non-integer."""
+    def append(self, key: str, value: str | bytes | bytearray) -> None:
+        """Appends `value` to the value of `key`, creating it when absent."""
+    def check(self, keys: Sequence[str]) -> bool:
+        """True when every key is set; does not wait."""
+    def compare_set(
+        self,
+        key: str,
+        expected_value: str | bytes | bytearray,
+        desired_value: str | bytes | bytearray,
+    ) -> bytes:
+        """Sets `desired_value` when the value equals `expected_value` (or the key is absent
+        and `expected_value` is empty); returns the value now held (`expected_value` when
+        the key is absent and nothing was set)."""
+    def delete_key(self, key: str) -> bool:
+        """Deletes `key`; True when it existed."""
+    def multi_get(self, keys: Sequence[str]) -> list[bytes]:
+        """The values of `keys`, waiting up to `timeout` for all of them."""
+    def multi_set(self, keys: Sequence[str], values: Sequence[str | bytes | bytearray]) -> None: ...
+    def num_keys(self) -> int:
+        """Keys set (no internal keys are counted: a fresh TCPStore has 0, torch's 1)."""
+    def wait(
+        self, keys: Sequence[str], timeout: Optional[datetime.timedelta | float] = None
+    ) -> None:
+        """Waits until every key is set, up to `timeout` (default: the store's)."""
+    def set_timeout(self, timeout: datetime.timedelta | float) -> None: ...
     @property
-    def timeout(self) -> float: ...
+    def timeout(self) -> datetime.timedelta: ...
 
 class TCPStore(Store):
+    """A store served by the master over TCP. `port=0` on the master binds a free port.
+    With `world_size` and `wait_for_workers`, the master's constructor waits until
+    world_size stores (itself included) have connected. Clients retry connecting until
+    `timeout` (DistNetworkError then). `multi_tenant`: masters of one process on one port
+    share a server. `master_listen_fd`: serve on this listening socket (duplicated).
+    `use_libuv` is accepted and ignored. The server stops when the master is destroyed."""
+
     def __init__(
         self,
         host_name: str,
         port: int,
         world_size: Optional[int] = None,
         is_master: bool = False,
-        timeout: float = 300.0,
+        timeout: datetime.timedelta | float = datetime.timedelta(seconds=300),
         wait_for_workers: bool = True,
         multi_tenant: bool = False,
         master_listen_fd: Optional[int] = None,
@@ -51,17 +86,25 @@ class TCPStore(Store):
     def port(self) -> int: ...
 
 class FileStore(Store):
+    """A store shared by processes through a file. With `world_size > 0` the file is
+    deleted once that many FileStore objects using it have been destroyed."""
+
     def __init__(self, file_name: str, world_size: int = -1) -> None: ...
     @property
     def path(self) -> str: ...
 
 class HashStore(Store):
+    """A store within one process."""
+
     def __init__(self) -> None: ...
 
 class PrefixStore(Store):
-    def __init__(self, prefix: str, store: Store) -> None: ...
+    """Adds `prefix + "/"` to every key of `store` (a rustdist store, or any object with
+    torch's Store methods, e.g. a torch.distributed.TCPStore)."""
+
+    def __init__(self, prefix: str, store: object) -> None: ...
     @property
-    def underlying_store(self) -> Store: ...
+    def underlying_store(self) -> object: ...
 
 class Work:
     """A collective or point-to-point operation run by the engine."""

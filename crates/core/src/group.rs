@@ -170,9 +170,10 @@ fn check_reduce(dtype: DType, op: ReduceOp) -> Result<()> {
         ReduceOp::PremulSum => Err(Error::Runtime(
             "ReduceOp.PREMUL_SUM needs a scale factor and is not supported yet".into(),
         )),
-        ReduceOp::Avg if !(dtype.is_float() || dtype.is_complex()) => Err(Error::Runtime(
-            format!("ReduceOp.AVG is not supported for {}", dtype.name()),
-        )),
+        ReduceOp::Avg if !(dtype.is_float() || dtype.is_complex()) => Err(Error::Runtime(format!(
+            "ReduceOp.AVG is not supported for {}",
+            dtype.name()
+        ))),
         _ => reduce::check_supported(dtype, kernel_op(op)),
     }
 }
@@ -250,10 +251,7 @@ impl ProcessGroup {
         let queue = self.queue.clone();
         self.queue.push(Box::new(move |engine| {
             if queue.aborted.load(Ordering::Acquire) {
-                done.complete(
-                    Err(Error::backend("the process group was aborted")),
-                    None,
-                );
+                done.complete(Err(Error::backend("the process group was aborted")), None);
                 return;
             }
             match body(engine) {
@@ -364,8 +362,10 @@ impl ProcessGroup {
                     )
                 };
                 // SAFETY: the caller keeps every output alive and untouched until completion.
-                let mut blocks: Vec<&mut [u8]> =
-                    outputs.iter().map(|o| unsafe { o.as_mut_slice() }).collect();
+                let mut blocks: Vec<&mut [u8]> = outputs
+                    .iter()
+                    .map(|o| unsafe { o.as_mut_slice() })
+                    .collect();
                 algorithms::all_gather(tr, ctx, &mut blocks, algos)
             })?;
             Ok(None)
@@ -437,9 +437,7 @@ impl ProcessGroup {
     pub fn send(&self, t: Tensor, dst: usize, tag: i64, keep: Option<Keepalive>) -> Result<Work> {
         self.check_rank("send destination rank", dst)?;
         if dst == self.rank {
-            return Err(Error::invalid(format!(
-                "rank {dst} cannot send to itself"
-            )));
+            return Err(Error::invalid(format!("rank {dst} cannot send to itself")));
         }
         self.submit(keep, move |eng| {
             eng.check()?;

@@ -82,10 +82,15 @@ fn broadcast_gather_scatter_barrier_p2p() {
             }
             let mut rs_in: Vec<f32> = (0..3 * n).map(|i| i as f32).collect();
             let mut rs_out = vec![0f32; 3];
-            pg.reduce_scatter(f32_tensor(&mut rs_in), f32_tensor(&mut rs_out), ReduceOp::Sum, None)
-                .unwrap()
-                .wait(None)
-                .unwrap();
+            pg.reduce_scatter(
+                f32_tensor(&mut rs_in),
+                f32_tensor(&mut rs_out),
+                ReduceOp::Sum,
+                None,
+            )
+            .unwrap()
+            .wait(None)
+            .unwrap();
             let expect: Vec<f32> = (0..3).map(|i| ((rank * 3 + i) * n) as f32).collect();
             assert_eq!(rs_out, expect);
             pg.barrier().unwrap().wait(None).unwrap();

@@ -1,0 +1,210 @@
+//! The TCP store client: one connection, one request at a time. Every exchange has a deadline
+//! that bounds each socket read and write, so a frozen or vanished server cannot hang a call.
+
+use std::io::{self, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::{Mutex, MutexGuard};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::protocol::{read_frame, Request, Response};
+use crate::error::{Error, Result};
+use crate::store::{deadline_after, wait_timeout_error};
+
+/// How much longer than its wait a blocking request may take before the client gives up on
+/// the server's answer (the server answers "timeout" at the wait's end).
+const GRACE: Duration = Duration::from_secs(2);
+/// Longest pause between two connection attempts.
+const MAX_RETRY_PAUSE: Duration = Duration::from_millis(500);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A stream whose every read and write fails with `TimedOut` once `deadline` has passed.
+struct DeadlineIo<'a> {
+    stream: &'a mut TcpStream,
+    deadline: Instant,
+}
+
+impl DeadlineIo<'_> {
+    fn remaining(&self) -> io::Result<Duration> {
+        let now = Instant::now();
+        if now >= self.deadline {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        Ok(self.deadline - now)
+    }
+}
+
+impl Read for DeadlineIo<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.stream.set_read_timeout(Some(self.remaining()?))?;
+        self.stream.read(buf)
+    }
+}
+
+impl Write for DeadlineIo<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.stream.set_write_timeout(Some(self.remaining()?))?;
+        self.stream.write(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.stream.flush()
+    }
+}
+
+fn timed_out(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
+    )
+}
+
+/// Idle connections kept for reuse; more exist only while that many calls run at once.
+const MAX_IDLE: usize = 4;
+
+/// A store client. Calls from several threads run concurrently, each on its own connection
+/// (a thread blocked in `get` does not hold up another's `set`); connections are reused.
+pub struct Client {
+    host: String,
+    port: u16,
+    /// Connections between calls. A failed exchange drops its connection (it may be
+    /// mid-frame); the next call opens a new one.
+    idle: Mutex<Vec<TcpStream>>,
+    timeout: Mutex<Duration>,
+}
+
+impl Client {
+    /// Connects (retrying until `timeout`, since the server may start later) and announces
+    /// itself to the server.
+    pub fn connect(host: &str, port: u16, timeout: Duration) -> Result<Self> {
+        let client = Client {
+            host: host.to_owned(),
+            port,
+            idle: Mutex::new(Vec::new()),
+            timeout: Mutex::new(timeout),
+        };
+        lock(&client.idle).push(client.dial(deadline_after(timeout))?);
+        match checked(client.call(&Request::Hello, None)?)? {
+            Response::Ok => Ok(client),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub fn timeout(&self) -> Duration {
+        *lock(&self.timeout)
+    }
+
+    pub fn set_timeout(&self, timeout: Duration) {
+        *lock(&self.timeout) = timeout;
+    }
+
+    /// Opens a connection, retrying with backoff until `deadline` (torch's error type for a
+    /// server that never answers: DistNetworkError).
+    fn dial(&self, deadline: Instant) -> Result<TcpStream> {
+        let mut pause = Duration::from_millis(10);
+        let started = Instant::now();
+        loop {
+            let last_err = match (self.host.as_str(), self.port).to_socket_addrs() {
+                Ok(addrs) => {
+                    let mut last = io::Error::from(io::ErrorKind::AddrNotAvailable);
+                    for addr in addrs {
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        let attempt = left
+                            .min(Duration::from_secs(5))
+                            .max(Duration::from_millis(1));
+                        match TcpStream::connect_timeout(&addr, attempt) {
+                            Ok(stream) => {
+                                // Nagle would delay each small request by a round trip.
+                                let _ = stream.set_nodelay(true);
+                                return Ok(stream);
+                            }
+                            Err(e) => last = e,
+                        }
+                    }
+                    last
+                }
+                Err(e) => e,
+            };
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Error::network(format!(
+                    "TCPStore client timed out after {}ms while trying to connect to ({}, {}): {last_err}",
+                    (now - started).as_millis(),
+                    self.host,
+                    self.port
+                )));
+            }
+            thread::sleep(pause.min(deadline - now));
+            pause = (pause * 2).min(MAX_RETRY_PAUSE);
+        }
+    }
+
+    /// Sends `req` and returns the response. `wait` is the server-side wait of a blocking
+    /// request; the exchange must finish within `wait + GRACE`, or the store's timeout for
+    /// the others.
+    pub fn call(&self, req: &Request, wait: Option<Duration>) -> Result<Response> {
+        let budget = match wait {
+            Some(w) => w.saturating_add(GRACE),
+            None => self.timeout(),
+        };
+        let deadline = deadline_after(budget);
+        let idle = lock(&self.idle).pop();
+        let mut stream = match idle {
+            Some(s) => s,
+            None => self
+                .dial(deadline)
+                .map_err(|e| Error::store(e.to_string()))?,
+        };
+        let mut io = DeadlineIo {
+            stream: &mut stream,
+            deadline,
+        };
+        let exchanged = io
+            .write_all(&req.encode())
+            .and_then(|()| read_frame(&mut io))
+            .and_then(|frame| frame.ok_or_else(|| io::ErrorKind::UnexpectedEof.into()));
+        let decoded = match exchanged {
+            Ok(frame) => Response::decode(&frame),
+            Err(e) if timed_out(&e) => Err(Error::store(format!(
+                "TCPStore: no answer from the server at ({}, {}) within {}ms",
+                self.host,
+                self.port,
+                budget.as_millis()
+            ))),
+            Err(e) => Err(Error::store(format!(
+                "TCPStore: connection to the server at ({}, {}) failed: {e}",
+                self.host, self.port
+            ))),
+        };
+        if decoded.is_ok() {
+            let mut idle = lock(&self.idle);
+            if idle.len() < MAX_IDLE {
+                idle.push(stream);
+            }
+        }
+        decoded
+    }
+}
+
+/// Turns the answer to a blocking request into its values, or the timeout error.
+pub fn waited(resp: Response, timeout: Duration) -> Result<Response> {
+    match resp {
+        Response::Timeout(missing) => Err(wait_timeout_error(&missing, timeout)),
+        other => checked(other),
+    }
+}
+
+/// Turns a server-reported error into a Store error.
+pub fn checked(resp: Response) -> Result<Response> {
+    match resp {
+        Response::Error(msg) => Err(Error::Store(msg)),
+        other => Ok(other),
+    }
+}
+
+/// A well-formed response of the wrong kind for the request.
+pub fn unexpected(_: Response) -> Error {
+    Error::store("TCPStore: the server answered with the wrong kind of response")
+}

@@ -1,0 +1,474 @@
+//! TCP store tests: the common conformance suite, server lifetime and options, and hostile
+//! clients against the server.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::protocol::{read_frame, Request, Response, MAX_FRAME};
+use super::*;
+use crate::store::hash::conformance;
+
+fn master(timeout: Duration) -> TcpStore {
+    TcpStore::new(TcpStoreOptions {
+        is_master: true,
+        timeout,
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+fn client_of(port: u16, timeout: Duration) -> TcpStore {
+    TcpStore::new(TcpStoreOptions {
+        port,
+        timeout,
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+fn raw(port: u16) -> TcpStream {
+    let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s
+}
+
+/// True when the server closed `s` (EOF or reset), after sending nothing back.
+fn closed_by_server(s: &mut TcpStream) -> bool {
+    let mut buf = [0u8; 16];
+    match s.read(&mut buf) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+    }
+}
+
+/// A raw request/response exchange.
+fn exchange(s: &mut TcpStream, req: &Request) -> Response {
+    s.write_all(&req.encode()).unwrap();
+    Response::decode(&read_frame(s).unwrap().unwrap()).unwrap()
+}
+
+/// The server still answers a normal client promptly.
+fn assert_serving(port: u16) {
+    let t = Instant::now();
+    let c = client_of(port, Duration::from_secs(10));
+    c.set("alive", b"yes").unwrap();
+    assert_eq!(c.get("alive", None).unwrap(), b"yes");
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+}
+
+fn rss_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+    let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    pages * unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64
+}
+
+#[test]
+fn store_tcp_all_methods() {
+    let m = master(Duration::from_secs(30));
+    conformance::all_methods(&m);
+    // A second client sees the same keys.
+    let c = client_of(m.port(), Duration::from_secs(30));
+    assert_eq!(c.get("a", None).unwrap(), b"hello world");
+    assert_eq!(c.num_keys().unwrap(), 7, "no internal keys are counted");
+    assert_eq!(m.host(), "127.0.0.1");
+    assert!(m.port() != 0 && c.port() == m.port());
+    assert!(m.server().is_some() && c.server().is_none());
+}
+
+#[test]
+fn store_tcp_timeouts_and_wakeups() {
+    let m = master(Duration::from_secs(30));
+    conformance::timeouts(&m);
+    let c: Arc<dyn Store> = Arc::new(client_of(m.port(), Duration::from_secs(30)));
+    conformance::wakes_waiter(Arc::clone(&c));
+    conformance::concurrent_adds(c);
+}
+
+#[test]
+fn store_tcp_client_retries_until_master_starts() {
+    let port = server::listen(0).unwrap().local_addr().unwrap().port();
+    let client = thread::spawn(move || {
+        TcpStore::new(TcpStoreOptions {
+            port,
+            timeout: Duration::from_secs(20),
+            ..Default::default()
+        })
+    });
+    // Whenever this runs, the client is either still retrying or (if it already gave up) the
+    // test fails below.
+    let m = TcpStore::new(TcpStoreOptions {
+        port,
+        is_master: true,
+        ..Default::default()
+    })
+    .unwrap();
+    let c = client.join().unwrap().unwrap();
+    c.set("k", b"v").unwrap();
+    assert_eq!(m.get("k", None).unwrap(), b"v");
+}
+
+#[test]
+fn store_tcp_connect_timeout_is_network_error() {
+    let port = server::listen(0).unwrap().local_addr().unwrap().port();
+    let t = Instant::now();
+    let err = TcpStore::new(TcpStoreOptions {
+        port,
+        timeout: Duration::from_millis(300),
+        ..Default::default()
+    })
+    .err()
+    .unwrap();
+    assert!(
+        matches!(&err, Error::Network(m) if m.contains(&port.to_string())),
+        "{err:?}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(5));
+    let err = TcpStore::new(TcpStoreOptions::default()).err().unwrap();
+    assert!(
+        matches!(err, Error::InvalidArgument(_)),
+        "port 0 needs a master"
+    );
+}
+
+#[test]
+fn store_tcp_wait_for_workers() {
+    let port = server::listen(0).unwrap().local_addr().unwrap().port();
+    let opts = TcpStoreOptions {
+        port,
+        is_master: true,
+        world_size: Some(2),
+        timeout: Duration::from_secs(20),
+        ..Default::default()
+    };
+    let m = thread::spawn(move || TcpStore::new(opts));
+    let c = client_of(port, Duration::from_secs(20));
+    let m = m.join().unwrap().unwrap();
+    assert_eq!(m.num_keys().unwrap(), 0);
+    drop((m, c));
+    // Nobody else comes: the master's constructor fails at its timeout.
+    let t = Instant::now();
+    let err = TcpStore::new(TcpStoreOptions {
+        is_master: true,
+        world_size: Some(2),
+        timeout: Duration::from_millis(300),
+        ..Default::default()
+    })
+    .err()
+    .unwrap();
+    assert!(
+        matches!(&err, Error::Store(m) if m.contains("world_size 2")),
+        "{err:?}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(5));
+    // wait_for_workers=false returns at once.
+    TcpStore::new(TcpStoreOptions {
+        is_master: true,
+        world_size: Some(8),
+        wait_for_workers: false,
+        ..Default::default()
+    })
+    .unwrap();
+}
+
+#[test]
+fn store_tcp_server_stops_on_drop_and_port_rebinds() {
+    let m = master(Duration::from_secs(10));
+    let port = m.port();
+    let c = client_of(port, Duration::from_secs(2));
+    m.set("k", b"v").unwrap();
+    let server = Arc::clone(m.server().unwrap());
+    drop(m);
+    // The last Arc of the server keeps it alive...
+    assert_eq!(c.get("k", None).unwrap(), b"v");
+    drop(server);
+    // ...and dropping it stops it: the client's calls fail, the port is free at once.
+    assert!(matches!(c.get("k", None), Err(Error::Store(_))));
+    let m2 = TcpStore::new(TcpStoreOptions {
+        port,
+        is_master: true,
+        ..Default::default()
+    })
+    .unwrap();
+    assert_eq!(m2.num_keys().unwrap(), 0);
+    // The old client reconnects to the new server on its next call.
+    c.set("k2", b"v2").unwrap();
+    assert_eq!(m2.get("k2", None).unwrap(), b"v2");
+}
+
+#[test]
+fn store_tcp_multi_tenant_shares_server() {
+    let opts = TcpStoreOptions {
+        is_master: true,
+        multi_tenant: true,
+        ..Default::default()
+    };
+    let a = TcpStore::new(opts.clone()).unwrap();
+    let b = TcpStore::new(TcpStoreOptions {
+        port: a.port(),
+        ..opts
+    })
+    .unwrap();
+    assert!(Arc::ptr_eq(a.server().unwrap(), b.server().unwrap()));
+    a.set("k", b"v").unwrap();
+    drop(a);
+    assert_eq!(b.get("k", None).unwrap(), b"v");
+    // Without multi_tenant the port is taken.
+    let err = TcpStore::new(TcpStoreOptions {
+        port: b.port(),
+        is_master: true,
+        ..Default::default()
+    })
+    .err()
+    .unwrap();
+    assert!(matches!(err, Error::Network(_)), "{err:?}");
+}
+
+#[test]
+fn store_tcp_master_listen_fd() {
+    let listener = server::listen(0).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let m = TcpStore::new(TcpStoreOptions {
+        port,
+        is_master: true,
+        master_listen_fd: Some(listener.as_raw_fd()),
+        ..Default::default()
+    })
+    .unwrap();
+    drop(listener); // the server serves on its own duplicate
+    assert_eq!(m.port(), port);
+    assert_serving(port);
+    assert!(TcpStore::new(TcpStoreOptions {
+        is_master: true,
+        master_listen_fd: Some(-1),
+        ..Default::default()
+    })
+    .is_err());
+}
+
+#[test]
+fn store_tcp_frozen_server_honours_timeout() {
+    // A server that answers Hello, then freezes (what a SIGSTOPped process looks like): it
+    // keeps the connection open and reads, but never answers again.
+    let frozen = server::listen(0).unwrap();
+    let port = frozen.local_addr().unwrap().port();
+    let fake = thread::spawn(move || {
+        let (mut a, _) = frozen.accept().unwrap();
+        assert_eq!(
+            read_frame(&mut a).unwrap().unwrap(),
+            &Request::Hello.encode()[4..]
+        );
+        a.write_all(&Response::Ok.encode()).unwrap();
+        // The second client's Hello is never answered.
+        let (b, _) = frozen.accept().unwrap();
+        (a, b, frozen)
+    });
+    let c = TcpStore::new(TcpStoreOptions {
+        port,
+        timeout: Duration::from_millis(500),
+        ..Default::default()
+    })
+    .unwrap();
+    let t = Instant::now();
+    let err = c.get("k", Some(Duration::from_millis(300))).unwrap_err();
+    assert!(
+        matches!(&err, Error::Store(m) if m.contains("no answer")),
+        "{err:?}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+    let t = Instant::now();
+    // The failed exchange closed the connection: the retry fails within the store timeout.
+    assert!(matches!(c.set("k", b"v"), Err(Error::Store(_))));
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    let err = TcpStore::new(TcpStoreOptions {
+        port,
+        timeout: Duration::from_millis(500),
+        ..Default::default()
+    })
+    .err()
+    .unwrap();
+    assert!(matches!(err, Error::Store(_)), "{err:?}");
+    drop(fake.join().unwrap());
+}
+
+#[test]
+fn store_tcp_server_survives_garbage() {
+    let m = master(Duration::from_secs(10));
+    let port = m.port();
+    // Random bytes (their first four claim a length, then the rest makes no request).
+    let mut s = raw(port);
+    let garbage: Vec<u8> = (0..4096u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    let _ = s.write_all(&garbage);
+    drop(s);
+    // An unknown opcode in a well-formed frame: dropped.
+    let mut s = raw(port);
+    s.write_all(&[1, 0, 0, 0, 200]).unwrap();
+    assert!(closed_by_server(&mut s));
+    // A known opcode with a truncated field: dropped.
+    let mut s = raw(port);
+    s.write_all(&[5, 0, 0, 0, 2, 0xff, 0xff, 0, 0]).unwrap();
+    assert!(closed_by_server(&mut s));
+    // A claimed 1 GiB frame, then nothing: dropped at once, nothing allocated.
+    let mut s = raw(port);
+    s.write_all(&(1u32 << 30).to_le_bytes()).unwrap();
+    assert!(closed_by_server(&mut s));
+    // Half a frame, then hang up.
+    let mut s = raw(port);
+    s.write_all(&[100, 0, 0, 0, 2, 1]).unwrap();
+    s.shutdown(Shutdown::Both).unwrap();
+    drop(s);
+    assert_serving(port);
+    m.set("k", b"v").unwrap();
+    assert_eq!(m.get("k", None).unwrap(), b"v");
+    // Every hostile connection has ended: once the master's own client is gone, none is open.
+    let server = Arc::clone(m.server().unwrap());
+    drop(m);
+    assert!(server.wait_connections_closed(Instant::now() + Duration::from_secs(5)));
+}
+
+#[test]
+fn store_tcp_claimed_length_is_not_allocated() {
+    let m = master(Duration::from_secs(10));
+    let port = m.port();
+    let before = rss_bytes();
+    // Eight connections each claim a frame just under the limit and send 10 bytes of it.
+    let holders: Vec<TcpStream> = (0..8)
+        .map(|_| {
+            let mut s = raw(port);
+            s.write_all(&((MAX_FRAME - 1) as u32).to_le_bytes())
+                .unwrap();
+            s.write_all(&[0u8; 10]).unwrap();
+            s
+        })
+        .collect();
+    assert_serving(port);
+    let grown = rss_bytes().saturating_sub(before);
+    assert!(grown < 64 << 20, "RSS grew by {grown} bytes");
+    drop(holders);
+    assert_serving(port);
+}
+
+#[test]
+fn store_tcp_slow_client_does_not_block_others() {
+    let m = master(Duration::from_secs(10));
+    let port = m.port();
+    let slow = thread::spawn(move || {
+        let mut s = raw(port);
+        let frame = Request::Set {
+            key: "slow".into(),
+            value: b"v".to_vec(),
+        }
+        .encode();
+        // One byte per 100 ms; the server serves everyone else meanwhile.
+        for b in &frame {
+            s.write_all(&[*b]).unwrap();
+            thread::sleep(Duration::from_millis(100));
+        }
+        Response::decode(&read_frame(&mut s).unwrap().unwrap()).unwrap()
+    });
+    let c = client_of(port, Duration::from_secs(10));
+    for i in 0..20 {
+        let t = Instant::now();
+        c.set(&format!("fast{i}"), b"x").unwrap();
+        assert_eq!(c.get(&format!("fast{i}"), None).unwrap(), b"x");
+        assert!(
+            t.elapsed() < Duration::from_millis(500),
+            "{:?}",
+            t.elapsed()
+        );
+    }
+    assert!(
+        !m.check(&["slow".into()]).unwrap(),
+        "the slow frame is still arriving"
+    );
+    assert_eq!(slow.join().unwrap(), Response::Ok);
+    assert_eq!(m.get("slow", None).unwrap(), b"v");
+}
+
+#[test]
+fn store_tcp_blocked_get_ends_with_its_client() {
+    let m = master(Duration::from_secs(10));
+    let server = Arc::clone(m.server().unwrap());
+    let port = m.port();
+    // A get that would wait 60 s, whose client disconnects: its server thread exits.
+    let mut s = raw(port);
+    s.write_all(
+        &Request::Get {
+            keys: vec!["never".into()],
+            timeout_ms: 60_000,
+        }
+        .encode(),
+    )
+    .unwrap();
+    // The deadline the client sent is honoured: a short wait is answered "timeout".
+    let mut s2 = raw(port);
+    let req = Request::Wait {
+        keys: vec!["never".into()],
+        timeout_ms: 100,
+    };
+    assert_eq!(
+        exchange(&mut s2, &req),
+        Response::Timeout(vec!["never".into()])
+    );
+    drop(s2);
+    drop(s);
+    drop(m);
+    // Only `server`'s Arc remains; no connection is left open (the blocked one ended).
+    assert!(server.wait_connections_closed(Instant::now() + Duration::from_secs(5)));
+}
+
+/// Runs itself in a child process (so other tests' allocations do not blur the numbers):
+/// 10,000 malformed connections leave the server's memory flat.
+#[test]
+fn store_tcp_memory_flat_over_malformed_connections() {
+    const CHILD: &str = "RUSTDIST_STORE_RSS_CHILD";
+    if std::env::var_os(CHILD).is_none() {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "store::tcp::tests::store_tcp_memory_flat_over_malformed_connections",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD, "1")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{text}");
+        assert!(text.contains("1 passed"), "the child ran the test: {text}");
+        return;
+    }
+    let m = master(Duration::from_secs(10));
+    let port = m.port();
+    let bad: [&[u8]; 4] = [
+        &[1, 0, 0, 0, 200],                 // unknown opcode
+        &[0, 0, 0, 0x40],                   // claims 1 GiB
+        &[5, 0, 0, 0, 2, 0xff, 0xff, 0, 0], // truncated field
+        &[3, 0, 0, 0, 10, 0, 0],            // trailing bytes after NumKeys
+    ];
+    let hit = |n: usize| {
+        for i in 0..n {
+            let mut s = raw(port);
+            s.write_all(bad[i % bad.len()]).unwrap();
+            assert!(closed_by_server(&mut s));
+        }
+    };
+    hit(500); // warm-up: thread stacks and allocator arenas reach steady state
+    let before = rss_bytes();
+    hit(10_000);
+    let grown = rss_bytes().saturating_sub(before);
+    println!("RSS growth over 10,000 malformed connections: {grown} bytes");
+    assert!(grown < 4 << 20, "RSS grew by {grown} bytes");
+    assert_serving(port);
+    let server = Arc::clone(m.server().unwrap());
+    drop(m);
+    assert!(server.wait_connections_closed(Instant::now() + Duration::from_secs(5)));
+}
