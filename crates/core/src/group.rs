@@ -9,15 +9,13 @@ use std::time::{Duration, Instant};
 use crate::algorithms::{self, AlgoOverrides};
 use crate::error::{Error, Result};
 use crate::reduce;
+use crate::spin::Spin;
 use crate::store::Store;
 use crate::tensor::{RawBuf, Tensor};
 use crate::transport::tcp::TcpTransport;
 use crate::transport::{OpCtx, Signature, Transport};
 use crate::types::{CollectiveKind, DType, ReduceOp};
 use crate::work::{Keepalive, Work};
-
-/// How long the idle worker re-checks its queue before sleeping (see `work::SPIN`).
-const SPIN: Duration = Duration::from_micros(20);
 
 type Job = Box<dyn FnOnce(&mut Engine) + Send>;
 
@@ -57,27 +55,30 @@ impl Queue {
 
     /// The next job; `None` once closed and drained.
     fn pop(&self) -> Option<Job> {
-        let start = Instant::now();
+        let mut spin = Spin::new();
         loop {
-            {
-                let mut st = self.lock();
-                if let Some(job) = st.jobs.pop_front() {
-                    return Some(job);
-                }
-                if st.closed {
-                    return None;
-                }
-                if start.elapsed() >= SPIN {
-                    while st.jobs.is_empty() && !st.closed {
-                        st = self
-                            .cond
-                            .wait(st)
-                            .unwrap_or_else(|poisoned| poisoned.into_inner());
-                    }
-                    continue;
-                }
+            let mut st = self.lock();
+            if let Some(job) = st.jobs.pop_front() {
+                return Some(job);
             }
-            std::hint::spin_loop();
+            if st.closed {
+                return None;
+            }
+            drop(st);
+            if spin.again() {
+                continue;
+            }
+            let mut st = self.lock();
+            while st.jobs.is_empty() && !st.closed {
+                st = self
+                    .cond
+                    .wait(st)
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+            }
+            if let Some(job) = st.jobs.pop_front() {
+                return Some(job);
+            }
+            return None;
         }
     }
 

@@ -8,6 +8,7 @@ pub mod algorithms;
 pub mod error;
 pub mod group;
 pub mod reduce;
+pub mod spin;
 pub mod store;
 pub mod tensor;
 pub mod transport;

@@ -6,6 +6,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::spin::Spin;
 
 /// Called once with the outcome when the Work completes.
 pub type Callback = Box<dyn FnOnce(&Result<()>) + Send>;
@@ -13,10 +14,6 @@ pub type Callback = Box<dyn FnOnce(&Result<()>) + Send>;
 /// Whatever keeps the Work's buffers alive (e.g. references to Python tensors); dropped when the
 /// Work completes.
 pub type Keepalive = Box<dyn Any + Send>;
-
-/// How long a waiter re-checks before sleeping. Short: on 2 cores a spinning waiter starves the
-/// rank's own worker.
-const SPIN: Duration = Duration::from_micros(20);
 
 #[derive(Default)]
 struct State {
@@ -100,11 +97,14 @@ impl Work {
     /// fails with [`Error::Backend`] and the Work keeps running (it can be waited on again).
     pub fn wait(&self, timeout: Option<Duration>) -> Result<()> {
         let start = Instant::now();
-        while start.elapsed() < SPIN {
+        let mut spin = Spin::new();
+        loop {
             if self.is_completed() {
                 return self.outcome().unwrap_or(Ok(()));
             }
-            std::hint::spin_loop();
+            if !spin.again() {
+                break;
+            }
         }
         let deadline = timeout.map(|t| start + t);
         let mut st = self.state();

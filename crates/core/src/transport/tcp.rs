@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::reduce;
+use crate::spin::Spin;
 use crate::store::Store;
 use crate::transport::{Op, OpCtx, Signature, Transport};
 use crate::types::{CollectiveKind, DType, ReduceOp};
@@ -25,9 +26,6 @@ const MAGIC: u32 = 0x5244_5354; // "RDST"
 const HELLO_MAGIC: u32 = 0x5244_4845; // "RDHE"
 const HEADER_LEN: usize = 40;
 const HELLO_LEN: usize = 16;
-/// How long a caller re-checks its sockets before sleeping in poll(2). Short: on 2 cores a
-/// spinning rank starves its peers.
-const SPIN: Duration = Duration::from_micros(30);
 /// Bytes read at once into a stash (a claimed length is never allocated before it arrives).
 const STASH_CHUNK: usize = 4 << 20;
 
@@ -262,7 +260,9 @@ fn interface_ip(name: &str) -> Result<IpAddr> {
             if family == libc::AF_INET {
                 // SAFETY: an AF_INET address is a sockaddr_in.
                 let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
-                found = Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr))));
+                found = Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(
+                    sin.sin_addr.s_addr,
+                ))));
                 break;
             }
         }
@@ -352,7 +352,10 @@ impl TcpTransport {
             let addr = listener
                 .local_addr()
                 .map_err(|e| Error::network(format!("cannot read listening address: {e}")))?;
-            store.set(&format!("{prefix}/addr/{rank}"), addr.to_string().as_bytes())?;
+            store.set(
+                &format!("{prefix}/addr/{rank}"),
+                addr.to_string().as_bytes(),
+            )?;
             for (peer, slot) in peers.iter_mut().enumerate().take(rank) {
                 let raw = store.get(&format!("{prefix}/addr/{peer}"), remaining(deadline))?;
                 let text = String::from_utf8_lossy(&raw);
@@ -417,7 +420,9 @@ impl TcpTransport {
         self.peers
             .get_mut(p)
             .and_then(|x| x.as_mut())
-            .ok_or_else(|| Error::invalid(format!("rank {p} is not a peer in a group of size {size}")))
+            .ok_or_else(|| {
+                Error::invalid(format!("rank {p} is not a peer in a group of size {size}"))
+            })
     }
 
     fn fail(&mut self, e: Error) -> Error {
@@ -463,7 +468,7 @@ impl TcpTransport {
         for i in 0..recvs.len() {
             self.match_stashed(ctx, recvs, i)?;
         }
-        let mut spin_until = Instant::now() + SPIN;
+        let mut spin = Spin::new();
         loop {
             let mut moved = false;
             for s in sends.iter_mut().filter(|s| !s.done()) {
@@ -483,12 +488,10 @@ impl TcpTransport {
             }
             self.check_needed_peers(sends, recvs, want)?;
             if moved {
-                spin_until = Instant::now() + SPIN;
+                spin = Spin::new();
                 continue;
             }
-            let now = Instant::now();
-            if now < spin_until {
-                std::hint::spin_loop();
+            if spin.again() {
                 continue;
             }
             let Some(left) = remaining(deadline) else {
@@ -514,7 +517,7 @@ impl TcpTransport {
                 fds.push(pollfd(peer.sock.as_raw_fd(), events));
             }
             poll_fds(&mut fds, left);
-            spin_until = Instant::now() + SPIN;
+            spin = Spin::new();
         }
     }
 
@@ -526,14 +529,13 @@ impl TcpTransport {
         want: &Want<'_>,
     ) -> Result<()> {
         let gone = |p: usize| self.peers[p].as_ref().is_some_and(|x| x.closed);
-        let needed = sends.iter().filter(|s| !s.done()).map(|s| s.peer).chain(
-            recvs.iter().filter(|r| !r.done).map(|r| r.peer),
-        );
+        let needed = sends
+            .iter()
+            .filter(|s| !s.done())
+            .map(|s| s.peer)
+            .chain(recvs.iter().filter(|r| !r.done).map(|r| r.peer));
         let mut needed: Vec<usize> = needed.collect();
-        if let Want::Tagged {
-            src: Some(src), ..
-        } = want
-        {
+        if let Want::Tagged { src: Some(src), .. } = want {
             needed.push(*src);
         }
         if let Some(p) = needed.into_iter().find(|&p| gone(p)) {
@@ -587,7 +589,9 @@ impl TcpTransport {
         let mut moved = false;
         loop {
             let rank = self.rank;
-            let peer = self.peers[p].as_mut().ok_or_else(|| Error::invalid("no such peer"))?;
+            let peer = self.peers[p]
+                .as_mut()
+                .ok_or_else(|| Error::invalid("no such peer"))?;
             if peer.closed {
                 return Ok(moved);
             }
@@ -642,7 +646,9 @@ impl TcpTransport {
         ctx: Option<&OpCtx>,
         recvs: &mut [PendingRecv<'_>],
     ) -> Result<()> {
-        let peer = self.peers[p].as_mut().ok_or_else(|| Error::invalid("no such peer"))?;
+        let peer = self.peers[p]
+            .as_mut()
+            .ok_or_else(|| Error::invalid("no such peer"))?;
         match &mut peer.rx {
             Rx::Header { buf, got } => {
                 *got += n;
@@ -731,7 +737,9 @@ impl TcpTransport {
                 }
                 let r = &mut recvs[idx];
                 r.started = true;
-                let peer = self.peers[p].as_mut().ok_or_else(|| Error::invalid("no such peer"))?;
+                let peer = self.peers[p]
+                    .as_mut()
+                    .ok_or_else(|| Error::invalid("no such peer"))?;
                 if r.buf.is_empty() {
                     r.done = true;
                     peer.rx = Rx::Header {
@@ -752,14 +760,18 @@ impl TcpTransport {
             payload: Vec::new(),
         };
         if hdr.len == 0 {
-            let peer = self.peers[p].as_mut().ok_or_else(|| Error::invalid("no such peer"))?;
+            let peer = self.peers[p]
+                .as_mut()
+                .ok_or_else(|| Error::invalid("no such peer"))?;
             peer.rx = Rx::Header {
                 buf: [0; HEADER_LEN],
                 got: 0,
             };
             return self.on_frame(p, frame, ctx, recvs);
         }
-        let peer = self.peers[p].as_mut().ok_or_else(|| Error::invalid("no such peer"))?;
+        let peer = self.peers[p]
+            .as_mut()
+            .ok_or_else(|| Error::invalid("no such peer"))?;
         peer.rx = Rx::Stash { frame, got: 0 };
         Ok(())
     }
@@ -772,7 +784,9 @@ impl TcpTransport {
         ctx: Option<&OpCtx>,
         recvs: &mut [PendingRecv<'_>],
     ) -> Result<()> {
-        let peer = self.peers[p].as_mut().ok_or_else(|| Error::invalid("no such peer"))?;
+        let peer = self.peers[p]
+            .as_mut()
+            .ok_or_else(|| Error::invalid("no such peer"))?;
         match frame.hdr.kind {
             FrameKind::Abort => {
                 let why = String::from_utf8_lossy(&frame.payload);
@@ -809,7 +823,9 @@ impl TcpTransport {
             return Ok(());
         }
         let Some(ctx) = ctx else { return Ok(()) };
-        let peer = self.peers[p].as_mut().ok_or_else(|| Error::invalid("no such peer"))?;
+        let peer = self.peers[p]
+            .as_mut()
+            .ok_or_else(|| Error::invalid("no such peer"))?;
         let Some(frame) = peer.collective.pop_front() else {
             return Ok(());
         };
@@ -868,7 +884,13 @@ impl TcpTransport {
 
     /// Completes a pending tagged receive from the stash; true when done.
     fn take_tagged(&mut self, want: &mut Want<'_>) -> Result<bool> {
-        let Want::Tagged { src, tag, buf, from } = want else {
+        let Want::Tagged {
+            src,
+            tag,
+            buf,
+            from,
+        } = want
+        else {
             return Ok(false);
         };
         if from.is_some() {
@@ -886,7 +908,10 @@ impl TcpTransport {
             let Some(pos) = peer.tagged.iter().position(|f| f.hdr.seq == wanted) else {
                 continue;
             };
-            let frame = peer.tagged.remove(pos).ok_or_else(|| Error::invalid("stash"))?;
+            let frame = peer
+                .tagged
+                .remove(pos)
+                .ok_or_else(|| Error::invalid("stash"))?;
             if frame.payload.len() != buf.len() {
                 return Err(Error::backend(format!(
                     "recv size mismatch: rank {} posted a receive of {} bytes (tag {tag}) but rank {p} sent {} bytes",
@@ -1062,16 +1087,16 @@ impl Transport for TcpTransport {
                 done: false,
             });
         }
-        self.progress(Some(ctx), &mut sends, &mut recvs, &mut Want::Nothing, ctx.deadline)
+        self.progress(
+            Some(ctx),
+            &mut sends,
+            &mut recvs,
+            &mut Want::Nothing,
+            ctx.deadline,
+        )
     }
 
-    fn send_tagged(
-        &mut self,
-        peer: usize,
-        tag: i64,
-        data: &[u8],
-        deadline: Instant,
-    ) -> Result<()> {
+    fn send_tagged(&mut self, peer: usize, tag: i64, data: &[u8], deadline: Instant) -> Result<()> {
         self.check_failed()?;
         self.peer(peer)?;
         let header = Header {
