@@ -1,1 +1,468 @@
-//! In-memory transport between threads of one process, for tests of the algorithms.
+//! In-memory transport between threads of one process, for tests of the algorithms and benches.
+//!
+//! Every rank owns one inbound channel that all peers send into; frames are sorted into
+//! per-source queues on arrival, so receiving from one peer never blocks on another and
+//! tagged receives can match any source. Sends never block (unbounded channels), which gives
+//! the "sends never wait for this rank's receives" guarantee of [`Transport::exchange`].
+
+use std::collections::VecDeque;
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
+use std::time::Instant;
+
+use crate::error::{Error, Result};
+use crate::reduce;
+use crate::transport::{Op, OpCtx, Signature, Transport};
+
+enum Payload {
+    Collective {
+        seq: u64,
+        sig: Signature,
+        data: Vec<u8>,
+    },
+    Tagged {
+        tag: i64,
+        data: Vec<u8>,
+    },
+    Abort(String),
+    Shutdown,
+}
+
+struct Envelope {
+    src: usize,
+    payload: Payload,
+}
+
+struct Frame {
+    seq: u64,
+    sig: Signature,
+    data: Vec<u8>,
+}
+
+/// One rank's end of an in-memory mesh made by [`mesh`].
+pub struct LocalTransport {
+    rank: usize,
+    peers: Vec<Sender<Envelope>>,
+    inbox: Receiver<Envelope>,
+    /// Collective frames received but not yet matched, per source rank.
+    frames: Vec<VecDeque<Frame>>,
+    /// Tagged messages received but not yet matched: (src, tag, data), in arrival order.
+    tagged: VecDeque<(usize, i64, Vec<u8>)>,
+    /// Peers that called `shutdown`.
+    closed: Vec<bool>,
+    /// Set once a peer aborted; every later call fails with it.
+    aborted: Option<Error>,
+}
+
+/// Creates `n` connected transports; element `r` is rank `r`'s.
+pub fn mesh(n: usize) -> Vec<LocalTransport> {
+    let (txs, rxs): (Vec<_>, Vec<_>) = (0..n).map(|_| channel()).unzip();
+    rxs.into_iter()
+        .enumerate()
+        .map(|(rank, inbox)| LocalTransport {
+            rank,
+            peers: txs.clone(),
+            inbox,
+            frames: (0..n).map(|_| VecDeque::new()).collect(),
+            tagged: VecDeque::new(),
+            closed: vec![false; n],
+            aborted: None,
+        })
+        .collect()
+}
+
+fn describe_mismatch(ours: &Signature, theirs: &Signature) -> String {
+    if ours.kind != theirs.kind {
+        format!("collective {} vs {}", ours.kind.name(), theirs.kind.name())
+    } else if ours.dtype != theirs.dtype {
+        format!("dtype {} vs {}", ours.dtype.name(), theirs.dtype.name())
+    } else if ours.op != theirs.op {
+        format!(
+            "op ReduceOp.{} vs ReduceOp.{}",
+            ours.op.name(),
+            theirs.op.name()
+        )
+    } else {
+        format!("element count {} vs {}", ours.count, theirs.count)
+    }
+}
+
+impl LocalTransport {
+    fn check_peer(&self, peer: usize) -> Result<()> {
+        if peer >= self.peers.len() {
+            return Err(Error::invalid(format!(
+                "peer rank {peer} out of range for world size {}",
+                self.peers.len()
+            )));
+        }
+        Ok(())
+    }
+
+    fn post(&self, peer: usize, payload: Payload) -> Result<()> {
+        self.check_peer(peer)?;
+        let env = Envelope {
+            src: self.rank,
+            payload,
+        };
+        self.peers[peer]
+            .send(env)
+            .map_err(|_| Error::network(format!("rank {}: rank {peer} is gone", self.rank)))
+    }
+
+    /// Waits for one envelope and files it; fails on deadline or abort.
+    fn pump(&mut self, deadline: Instant, what: &str) -> Result<()> {
+        if let Some(e) = &self.aborted {
+            return Err(e.clone());
+        }
+        let wait = deadline.saturating_duration_since(Instant::now());
+        let env = match self.inbox.recv_timeout(wait) {
+            Ok(env) => env,
+            Err(RecvTimeoutError::Timeout) => {
+                return Err(Error::backend(format!(
+                    "rank {}: timed out waiting for {what}",
+                    self.rank
+                )))
+            }
+            // Unreachable while we hold a sender to ourselves; kept as a typed error anyway.
+            Err(RecvTimeoutError::Disconnected) => {
+                return Err(Error::network(format!(
+                    "rank {}: mesh torn down",
+                    self.rank
+                )))
+            }
+        };
+        match env.payload {
+            Payload::Collective { seq, sig, data } => {
+                self.frames[env.src].push_back(Frame { seq, sig, data })
+            }
+            Payload::Tagged { tag, data } => self.tagged.push_back((env.src, tag, data)),
+            Payload::Shutdown => self.closed[env.src] = true,
+            Payload::Abort(reason) => {
+                let e = Error::backend(format!(
+                    "rank {}: rank {} aborted the group: {reason}",
+                    self.rank, env.src
+                ));
+                self.aborted = Some(e.clone());
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// The next collective frame from `peer`, checked against `ctx` and `len`.
+    fn next_frame(&mut self, ctx: &OpCtx, peer: usize, len: usize) -> Result<Vec<u8>> {
+        self.check_peer(peer)?;
+        let frame = loop {
+            if let Some(f) = self.frames[peer].pop_front() {
+                break f;
+            }
+            if self.closed[peer] {
+                return Err(Error::network(format!(
+                    "rank {}: rank {peer} left the group",
+                    self.rank
+                )));
+            }
+            let what = format!("{} data from rank {peer}", ctx.sig.kind.name());
+            self.pump(ctx.deadline, &what)?;
+        };
+        let me = self.rank;
+        if frame.sig != ctx.sig {
+            return Err(Error::backend(format!(
+                "{}: rank {me} and rank {peer} disagree: {} (rank {me} vs rank {peer})",
+                ctx.sig.kind.name(),
+                describe_mismatch(&ctx.sig, &frame.sig)
+            )));
+        }
+        if frame.seq != ctx.seq {
+            return Err(Error::backend(format!(
+                "{}: rank {me} is at collective #{} but rank {peer} sent #{}",
+                ctx.sig.kind.name(),
+                ctx.seq,
+                frame.seq
+            )));
+        }
+        if frame.data.len() != len {
+            return Err(Error::backend(format!(
+                "{}: rank {me} expected {len} bytes from rank {peer}, got {}",
+                ctx.sig.kind.name(),
+                frame.data.len()
+            )));
+        }
+        Ok(frame.data)
+    }
+}
+
+impl Transport for LocalTransport {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.peers.len()
+    }
+
+    fn exchange(&mut self, ctx: &OpCtx, ops: &mut [Op<'_>]) -> Result<()> {
+        if let Some(e) = &self.aborted {
+            return Err(e.clone());
+        }
+        // All sends first: they never block, so receives cannot deadlock against them.
+        for op in ops.iter() {
+            if let Op::Send { peer, data } = op {
+                let payload = Payload::Collective {
+                    seq: ctx.seq,
+                    sig: ctx.sig,
+                    data: data.to_vec(),
+                };
+                self.post(*peer, payload)?;
+            }
+        }
+        for op in ops.iter_mut() {
+            match op {
+                Op::Send { .. } => {}
+                Op::Recv { peer, buf } => {
+                    let data = self.next_frame(ctx, *peer, buf.len())?;
+                    buf.copy_from_slice(&data);
+                }
+                Op::RecvReduce { peer, buf } => {
+                    let data = self.next_frame(ctx, *peer, buf.len())?;
+                    reduce::reduce_into(ctx.sig.dtype, ctx.reduce, buf, &data)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn send_tagged(
+        &mut self,
+        peer: usize,
+        tag: i64,
+        data: &[u8],
+        _deadline: Instant,
+    ) -> Result<()> {
+        if let Some(e) = &self.aborted {
+            return Err(e.clone());
+        }
+        let payload = Payload::Tagged {
+            tag,
+            data: data.to_vec(),
+        };
+        self.post(peer, payload)
+    }
+
+    fn recv_tagged(
+        &mut self,
+        src: Option<usize>,
+        tag: i64,
+        buf: &mut [u8],
+        deadline: Instant,
+    ) -> Result<usize> {
+        if let Some(s) = src {
+            self.check_peer(s)?;
+        }
+        loop {
+            let hit = self
+                .tagged
+                .iter()
+                .position(|(s, t, _)| *t == tag && src.is_none_or(|want| want == *s));
+            if let Some(i) = hit {
+                let (from, _, data) = self
+                    .tagged
+                    .remove(i)
+                    .ok_or_else(|| Error::Runtime("tagged queue changed under us".to_string()))?;
+                if data.len() != buf.len() {
+                    return Err(Error::Runtime(format!(
+                        "recv: rank {} expected {} bytes from rank {from} (tag {tag}), got {}",
+                        self.rank,
+                        buf.len(),
+                        data.len()
+                    )));
+                }
+                buf.copy_from_slice(&data);
+                return Ok(from);
+            }
+            if let Some(s) = src {
+                if self.closed[s] {
+                    return Err(Error::network(format!(
+                        "rank {}: rank {s} left the group",
+                        self.rank
+                    )));
+                }
+            }
+            let what = match src {
+                Some(s) => format!("a message with tag {tag} from rank {s}"),
+                None => format!("a message with tag {tag} from any rank"),
+            };
+            self.pump(deadline, &what)?;
+        }
+    }
+
+    fn abort(&mut self, reason: &str) {
+        for peer in 0..self.peers.len() {
+            if peer != self.rank {
+                // A peer that is already gone needs no notice.
+                let _ = self.post(peer, Payload::Abort(reason.to_string()));
+            }
+        }
+    }
+
+    fn shutdown(&mut self) {
+        for peer in 0..self.peers.len() {
+            if peer != self.rank {
+                // A peer that is already gone needs no notice.
+                let _ = self.post(peer, Payload::Shutdown);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::types::{CollectiveKind, DType, ReduceOp};
+
+    fn ctx(kind: CollectiveKind, dtype: DType, ms: u64) -> OpCtx {
+        OpCtx {
+            seq: 0,
+            sig: Signature {
+                kind,
+                dtype,
+                op: ReduceOp::Sum,
+                count: 2,
+            },
+            reduce: ReduceOp::Sum,
+            deadline: Instant::now() + Duration::from_millis(ms),
+        }
+    }
+
+    #[test]
+    fn exchange_recv_reduce_and_fifo_per_pair() {
+        let mut m = mesh(2);
+        let mut t1 = m.pop().unwrap();
+        let mut t0 = m.pop().unwrap();
+        let c = ctx(CollectiveKind::AllReduce, DType::I32, 5000);
+        let h = std::thread::spawn(move || {
+            let (a, b) = (3i32.to_le_bytes(), 4i32.to_le_bytes());
+            let mut ops = [
+                Op::Send { peer: 0, data: &a },
+                Op::Send { peer: 0, data: &[] },
+                Op::Send { peer: 0, data: &b },
+            ];
+            t1.exchange(&c, &mut ops).unwrap();
+        });
+        let mut x = 10i32.to_le_bytes();
+        let mut empty = [0u8; 0];
+        let mut y = [0u8; 4];
+        let mut ops = [
+            Op::RecvReduce {
+                peer: 1,
+                buf: &mut x,
+            },
+            Op::Recv {
+                peer: 1,
+                buf: &mut empty,
+            },
+            Op::Recv {
+                peer: 1,
+                buf: &mut y,
+            },
+        ];
+        t0.exchange(&c, &mut ops).unwrap();
+        h.join().unwrap();
+        assert_eq!(i32::from_le_bytes(x), 13);
+        assert_eq!(i32::from_le_bytes(y), 4);
+    }
+
+    #[test]
+    fn signature_mismatch_names_both_ranks() {
+        let mut m = mesh(2);
+        let c0 = ctx(CollectiveKind::AllReduce, DType::F32, 5000);
+        let c1 = ctx(CollectiveKind::AllReduce, DType::I64, 5000);
+        m[1].exchange(
+            &c1,
+            &mut [Op::Send {
+                peer: 0,
+                data: &[0; 4],
+            }],
+        )
+        .unwrap();
+        let mut buf = [0u8; 4];
+        let e = m[0]
+            .exchange(
+                &c0,
+                &mut [Op::Recv {
+                    peer: 1,
+                    buf: &mut buf,
+                }],
+            )
+            .unwrap_err();
+        let Error::Backend(msg) = e else {
+            panic!("{e:?}")
+        };
+        assert!(msg.contains("rank 0") && msg.contains("rank 1"), "{msg}");
+        assert!(msg.contains("float32") && msg.contains("int64"), "{msg}");
+    }
+
+    #[test]
+    fn length_mismatch_and_timeout_are_backend_errors() {
+        let mut m = mesh(2);
+        let c = ctx(CollectiveKind::Broadcast, DType::U8, 50);
+        m[1].exchange(
+            &c,
+            &mut [Op::Send {
+                peer: 0,
+                data: &[1, 2],
+            }],
+        )
+        .unwrap();
+        let mut buf = [0u8; 3];
+        let e = m[0]
+            .exchange(
+                &c,
+                &mut [Op::Recv {
+                    peer: 1,
+                    buf: &mut buf,
+                }],
+            )
+            .unwrap_err();
+        assert!(
+            matches!(e, Error::Backend(ref s) if s.contains("expected 3 bytes")),
+            "{e:?}"
+        );
+        let e = m[0]
+            .exchange(
+                &c,
+                &mut [Op::Recv {
+                    peer: 1,
+                    buf: &mut buf,
+                }],
+            )
+            .unwrap_err();
+        assert!(
+            matches!(e, Error::Backend(ref s) if s.contains("timed out")),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn tagged_any_source_abort_and_shutdown() {
+        let mut m = mesh(3);
+        let far = Instant::now() + Duration::from_secs(5);
+        m[2].send_tagged(0, 7, &[9], far).unwrap();
+        m[1].send_tagged(0, 5, &[8], far).unwrap();
+        let mut b = [0u8; 1];
+        assert_eq!(m[0].recv_tagged(None, 5, &mut b, far).unwrap(), 1);
+        assert_eq!(b, [8]);
+        assert_eq!(m[0].recv_tagged(Some(2), 7, &mut b, far).unwrap(), 2);
+        assert_eq!(b, [9]);
+        m[2].shutdown();
+        let e = m[0].recv_tagged(Some(2), 1, &mut b, far).unwrap_err();
+        assert!(matches!(e, Error::Network(_)), "{e:?}");
+        m[1].abort("boom");
+        let e = m[0].recv_tagged(None, 1, &mut b, far).unwrap_err();
+        assert!(
+            matches!(e, Error::Backend(ref s) if s.contains("boom")),
+            "{e:?}"
+        );
+    }
+}

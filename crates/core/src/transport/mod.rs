@@ -9,6 +9,7 @@ use crate::error::Result;
 use crate::types::{CollectiveKind, DType, ReduceOp};
 
 pub mod local;
+pub mod shm;
 pub mod tcp;
 
 /// What every rank of one collective must agree on. It travels in every frame header, so a
@@ -63,8 +64,7 @@ pub trait Transport: Send {
     fn exchange(&mut self, ctx: &OpCtx, ops: &mut [Op<'_>]) -> Result<()>;
 
     /// Tagged point-to-point send, outside any collective's sequence.
-    fn send_tagged(&mut self, peer: usize, tag: i64, data: &[u8], deadline: Instant)
-        -> Result<()>;
+    fn send_tagged(&mut self, peer: usize, tag: i64, data: &[u8], deadline: Instant) -> Result<()>;
 
     /// Receives a tagged message from `src` (any rank when `None`) into `buf`; returns the
     /// sender's rank. The message length must equal `buf.len()`.

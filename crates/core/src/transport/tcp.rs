@@ -19,6 +19,7 @@ use crate::error::{Error, Result};
 use crate::reduce;
 use crate::spin::Spin;
 use crate::store::Store;
+use crate::transport::shm::{Segment, ShmHost, ShmPipe};
 use crate::transport::{Op, OpCtx, Signature, Transport};
 use crate::types::{CollectiveKind, DType, ReduceOp};
 
@@ -152,8 +153,43 @@ enum Rx {
     Stash { frame: Frame, got: usize },
 }
 
-struct Peer {
+/// The byte pipe to one peer: its TCP connection, and a shared-memory pipe when the peer shares
+/// the host (the socket then only tells whether the peer is alive).
+struct Link {
     sock: TcpStream,
+    shm: Option<ShmPipe>,
+}
+
+impl Link {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match &mut self.shm {
+            Some(pipe) => pipe.read(buf),
+            None => self.sock.read(buf),
+        }
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        match &mut self.shm {
+            Some(pipe) => pipe.write_vectored(bufs),
+            None => self.sock.write_vectored(bufs),
+        }
+    }
+
+    /// For a shared-memory link: false once the peer's socket reports EOF or an error.
+    fn alive(&mut self) -> bool {
+        let mut probe = [0u8; 1];
+        match self.sock.read(&mut probe) {
+            Ok(0) => false,
+            Ok(_) => true,
+            Err(e) => {
+                e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted
+            }
+        }
+    }
+}
+
+struct Peer {
+    link: Link,
     rx: Rx,
     /// Collective frames received ahead of their receive (FIFO per peer).
     collective: VecDeque<Frame>,
@@ -218,6 +254,8 @@ pub struct TcpTransport {
     sent_steps: Vec<u32>,
     recv_steps: Vec<u32>,
     failed: Option<Error>,
+    /// Shared memory with the peers on this host; after `peers`, so the pipes go first.
+    host: Option<ShmHost>,
 }
 
 /// The address to listen on: `RUSTDIST_SOCKET_IFNAME` / `GLOO_SOCKET_IFNAME` when set, else the
@@ -403,10 +441,12 @@ impl TcpTransport {
                 }
             }
         }
+        let host = share_memory(&*store, prefix, rank, size, group, &mut peers, deadline)?;
         Ok(TcpTransport {
             rank,
             size,
             group,
+            host,
             peers,
             seq: u64::MAX,
             sent_steps: vec![0; size],
@@ -504,21 +544,58 @@ impl TcpTransport {
                     self.rank
                 )));
             };
-            let mut fds: Vec<libc::pollfd> = Vec::with_capacity(self.size);
-            for (p, peer) in self.peers.iter().enumerate() {
-                let Some(peer) = peer else { continue };
-                if peer.closed {
-                    continue;
-                }
-                let mut events = libc::POLLIN;
-                if sends.iter().any(|s| s.peer == p && !s.done()) {
-                    events |= libc::POLLOUT;
-                }
-                fds.push(pollfd(peer.sock.as_raw_fd(), events));
-            }
-            poll_fds(&mut fds, left);
+            self.block(sends, left)?;
             spin = Spin::new();
         }
+    }
+
+    /// Sleeps until a peer may have made progress possible, or `left` passes: poll(2) on the
+    /// sockets, or the shared-memory doorbell (in short naps, checking that peers are alive).
+    fn block(&mut self, sends: &[PendingSend<'_>], left: Duration) -> Result<()> {
+        let writing = |p: usize| sends.iter().any(|s| s.peer == p && !s.done());
+        if let Some(host) = &self.host {
+            let all_shm = self.peers.iter().flatten().all(|p| p.link.shm.is_some());
+            let nap = left.min(Duration::from_millis(if all_shm { 5 } else { 1 }));
+            let peers = &self.peers;
+            host.sleep(nap, || {
+                peers.iter().enumerate().any(|(p, peer)| {
+                    let Some(pipe) = peer.as_ref().and_then(|x| x.link.shm.as_ref()) else {
+                        return false;
+                    };
+                    pipe.has_data() || (writing(p) && pipe.has_space())
+                })
+            });
+            for p in 0..self.size {
+                let Some(peer) = self.peers[p].as_mut() else {
+                    continue;
+                };
+                if peer.link.shm.is_some() && !peer.closed && !peer.link.alive() {
+                    peer.closed = true;
+                    if !peer.left {
+                        let rank = self.rank;
+                        return Err(self.fail(Error::network(format!(
+                            "rank {p} closed its connection to rank {rank} unexpectedly; it probably died"
+                        ))));
+                    }
+                }
+            }
+            return Ok(());
+        }
+        let mut fds: Vec<libc::pollfd> = Vec::with_capacity(self.size);
+        for (p, peer) in self.peers.iter().enumerate() {
+            let Some(peer) = peer else { continue };
+            if peer.closed {
+                continue;
+            }
+            let events = if writing(p) {
+                libc::POLLIN | libc::POLLOUT
+            } else {
+                libc::POLLIN
+            };
+            fds.push(pollfd(peer.link.sock.as_raw_fd(), events));
+        }
+        poll_fds(&mut fds, left);
+        Ok(())
     }
 
     /// Errors when an operation still needs a peer that has left.
@@ -549,13 +626,13 @@ impl TcpTransport {
 
     fn write_some(&mut self, s: &mut PendingSend<'_>) -> Result<bool> {
         let peer_rank = s.peer;
-        let sock = &mut self.peer(peer_rank)?.sock;
+        let link = &mut self.peer(peer_rank)?.link;
         let mut moved = false;
         while !s.done() {
             let res = if s.off < HEADER_LEN {
-                sock.write_vectored(&[IoSlice::new(&s.header[s.off..]), IoSlice::new(s.data)])
+                link.write_vectored(&[IoSlice::new(&s.header[s.off..]), IoSlice::new(s.data)])
             } else {
-                sock.write(&s.data[s.off - HEADER_LEN..])
+                link.write_vectored(&[IoSlice::new(&s.data[s.off - HEADER_LEN..])])
             };
             match res {
                 Ok(0) => {
@@ -596,13 +673,13 @@ impl TcpTransport {
                 return Ok(moved);
             }
             let res = match &mut peer.rx {
-                Rx::Header { buf, got } => peer.sock.read(&mut buf[*got..]),
+                Rx::Header { buf, got } => peer.link.read(&mut buf[*got..]),
                 Rx::Posted { idx } => {
                     let r = &mut recvs[*idx];
                     if r.reduce {
-                        peer.sock.read(&mut peer.scratch[r.got..r.buf.len()])
+                        peer.link.read(&mut peer.scratch[r.got..r.buf.len()])
                     } else {
-                        peer.sock.read(&mut r.buf[r.got..])
+                        peer.link.read(&mut r.buf[r.got..])
                     }
                 }
                 Rx::Stash { frame, got } => {
@@ -610,7 +687,7 @@ impl TcpTransport {
                     if frame.payload.len() < *got + want {
                         frame.payload.resize(*got + want, 0);
                     }
-                    peer.sock.read(&mut frame.payload[*got..*got + want])
+                    peer.link.read(&mut frame.payload[*got..*got + want])
                 }
             };
             let n = match res {
@@ -954,14 +1031,11 @@ impl TcpTransport {
             frame.extend_from_slice(payload);
             let mut off = 0;
             while off < frame.len() && Instant::now() < deadline {
-                match peer.sock.write(&frame[off..]) {
+                match peer.link.write_vectored(&[IoSlice::new(&frame[off..])]) {
                     Ok(0) => break,
                     Ok(n) => off += n,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        poll_fds(
-                            &mut [pollfd(peer.sock.as_raw_fd(), libc::POLLOUT)],
-                            Duration::from_millis(10),
-                        );
+                        std::thread::sleep(Duration::from_millis(1));
                     }
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                     Err(_) => break,
@@ -969,6 +1043,85 @@ impl TcpTransport {
             }
         }
     }
+}
+
+/// Identifies this machine (and boot), so that ranks can tell which peers share memory with it.
+fn host_identity() -> String {
+    let mut name = [0u8; 256];
+    // SAFETY: gethostname writes at most `name.len()` bytes into the buffer.
+    let ok = unsafe { libc::gethostname(name.as_mut_ptr() as *mut libc::c_char, name.len()) } == 0;
+    let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+    let host = if ok {
+        String::from_utf8_lossy(&name[..end]).into_owned()
+    } else {
+        String::new()
+    };
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    format!("{host}/{}", boot.trim())
+}
+
+/// Sets up shared-memory pipes to the peers on this host (unless `RUSTDIST_SHM=0`). A rank that
+/// cannot create its segment publishes none, and its pairs stay on TCP.
+fn share_memory(
+    store: &dyn Store,
+    prefix: &str,
+    rank: usize,
+    size: usize,
+    group: u32,
+    peers: &mut [Option<Peer>],
+    deadline: Instant,
+) -> Result<Option<ShmHost>> {
+    let enabled = std::env::var("RUSTDIST_SHM").map_or(true, |v| v != "0");
+    if size == 1 || !enabled {
+        return Ok(None);
+    }
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let name = format!(
+        "/rustdist-{}-{group:x}-{rank}-{stamp:x}",
+        std::process::id()
+    );
+    let own = Segment::create(&name, size).ok();
+    let published = match &own {
+        Some(_) => format!("{}\n{name}", host_identity()),
+        None => String::new(),
+    };
+    store.set(&format!("{prefix}/shm/{rank}"), published.as_bytes())?;
+    let Some(own) = own else { return Ok(None) };
+    let me = host_identity();
+    let mut segments: Vec<Option<Segment>> = (0..size).map(|_| None).collect();
+    for (p, slot) in segments.iter_mut().enumerate() {
+        if p == rank {
+            continue;
+        }
+        let raw = store.get(&format!("{prefix}/shm/{p}"), remaining(deadline))?;
+        let text = String::from_utf8_lossy(&raw);
+        if let Some((host, seg)) = text.split_once('\n') {
+            if host == me {
+                *slot = Some(Segment::open(seg, size)?);
+            }
+        }
+    }
+    // Once every local peer has mapped our segment its name can go: nothing leaks in /dev/shm.
+    store.set(&format!("{prefix}/shm_mapped/{rank}"), b"1")?;
+    let local: Vec<String> = (0..size)
+        .filter(|&p| segments[p].is_some())
+        .map(|p| format!("{prefix}/shm_mapped/{p}"))
+        .collect();
+    if local.is_empty() {
+        return Ok(None);
+    }
+    store.wait(&local, remaining(deadline))?;
+    let mut host = ShmHost::new(own, segments);
+    host.unlink_own();
+    for (p, peer) in peers.iter_mut().enumerate() {
+        if let Some(peer) = peer {
+            peer.link.shm = host.pipe(rank, p);
+        }
+    }
+    Ok(Some(host))
 }
 
 fn next_recv_from(recvs: &[PendingRecv<'_>], p: usize) -> Option<usize> {
@@ -1030,7 +1183,7 @@ impl Peer {
     fn new(sock: TcpStream) -> Result<Peer> {
         configure(&sock)?;
         Ok(Peer {
-            sock,
+            link: Link { sock, shm: None },
             rx: Rx::Header {
                 buf: [0; HEADER_LEN],
                 got: 0,
@@ -1157,7 +1310,7 @@ impl Transport for TcpTransport {
             self.send_control(FrameKind::Goodbye, 0, &[]);
         }
         for peer in self.peers.iter_mut().flatten() {
-            let _ = peer.sock.shutdown(std::net::Shutdown::Both);
+            let _ = peer.link.sock.shutdown(std::net::Shutdown::Both);
             peer.closed = true;
         }
     }

@@ -1,0 +1,370 @@
+//! Shared-memory links between ranks on one host.
+//!
+//! Each rank owns one segment holding its doorbell and one single-producer single-consumer byte
+//! ring per peer (the peer writes, this rank reads). A link to peer p reads from the ring p
+//! writes in our segment and writes into the ring for us in p's segment. The byte stream is the
+//! same framed stream the TCP links carry, so the mesh's progress loop serves both. A waiter
+//! sleeps on its own doorbell (a futex in shared memory) that writers ring; the TCP connection
+//! to the peer stays open only to notice a peer that dies (EOF).
+
+use std::ffi::CString;
+use std::io::{self, IoSlice};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// Bytes of one ring's data area: large enough that big messages move in few wake-ups, small
+/// enough to stay cache-friendly.
+const RING_BYTES: usize = 1 << 20;
+const LINE: usize = 64;
+const BELL_BYTES: usize = 2 * LINE;
+const RING_HEADER: usize = 2 * LINE;
+const RING_STRIDE: usize = RING_HEADER + RING_BYTES;
+
+/// A shared mapping of one rank's segment.
+pub struct Segment {
+    base: *mut u8,
+    len: usize,
+    name: CString,
+    owner: bool,
+}
+
+// SAFETY: the mapping is shared memory accessed only through atomics and the SPSC protocol
+// below; the pointer itself may move between threads.
+unsafe impl Send for Segment {}
+// SAFETY: as above; concurrent access goes through atomics.
+unsafe impl Sync for Segment {}
+
+fn os_error(what: &str) -> Error {
+    Error::network(format!("{what}: {}", io::Error::last_os_error()))
+}
+
+impl Segment {
+    fn len_for(size: usize) -> usize {
+        BELL_BYTES + size * RING_STRIDE
+    }
+
+    /// Creates this rank's segment with one ring slot per rank of a group of `size`.
+    pub fn create(name: &str, size: usize) -> Result<Segment> {
+        let cname = CString::new(name).map_err(|_| Error::invalid("bad shared-memory name"))?;
+        let len = Self::len_for(size);
+        // SAFETY: shm_open with a valid NUL-terminated name; the fd is closed below.
+        let fd = unsafe {
+            libc::shm_open(
+                cname.as_ptr(),
+                libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
+                0o600,
+            )
+        };
+        if fd < 0 {
+            return Err(os_error("cannot create shared memory"));
+        }
+        // Reserve the pages now: a full /dev/shm must fail here, not with SIGBUS on first use.
+        // SAFETY: fd is a valid shared-memory descriptor we own.
+        let sized = unsafe { libc::posix_fallocate(fd, 0, len as libc::off_t) };
+        let seg = if sized == 0 {
+            Self::map(fd, cname.clone(), len, true)
+        } else {
+            Err(Error::network(format!(
+                "cannot reserve {len} bytes of shared memory: {}",
+                io::Error::from_raw_os_error(sized)
+            )))
+        };
+        // SAFETY: fd is valid and no longer needed once mapped (the mapping keeps the object).
+        unsafe { libc::close(fd) };
+        if seg.is_err() {
+            // SAFETY: removing the name we just created.
+            unsafe { libc::shm_unlink(cname.as_ptr()) };
+        }
+        seg
+    }
+
+    /// Maps a peer's segment created with the same `size`.
+    pub fn open(name: &str, size: usize) -> Result<Segment> {
+        let cname = CString::new(name).map_err(|_| Error::invalid("bad shared-memory name"))?;
+        // SAFETY: shm_open with a valid NUL-terminated name; the fd is closed below.
+        let fd = unsafe { libc::shm_open(cname.as_ptr(), libc::O_RDWR, 0) };
+        if fd < 0 {
+            return Err(os_error("cannot open a peer's shared memory"));
+        }
+        let seg = Self::map(fd, cname, Self::len_for(size), false);
+        // SAFETY: fd is valid and no longer needed once mapped.
+        unsafe { libc::close(fd) };
+        seg
+    }
+
+    fn map(fd: i32, name: CString, len: usize, owner: bool) -> Result<Segment> {
+        // SAFETY: mapping `len` bytes of a shared-memory object sized to at least `len`.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(os_error("cannot map shared memory"));
+        }
+        Ok(Segment {
+            base: base as *mut u8,
+            len,
+            name,
+            owner,
+        })
+    }
+
+    /// Removes the name once every peer has mapped it, so nothing outlives the processes.
+    pub fn unlink(&mut self) {
+        if self.owner {
+            // SAFETY: unlinking a name this rank created; mappings stay valid.
+            unsafe { libc::shm_unlink(self.name.as_ptr()) };
+            self.owner = false;
+        }
+    }
+
+    fn bell(&self) -> &Bell {
+        // SAFETY: the segment starts with a Bell-sized, 64-byte aligned area (mmap is
+        // page-aligned) that lives as long as the mapping.
+        unsafe { &*(self.base as *const Bell) }
+    }
+
+    /// The ring that rank `writer` fills in this segment.
+    fn ring(&self, writer: usize) -> Ring {
+        // SAFETY: writer < size, so the ring lies inside the mapping.
+        let hdr = unsafe { self.base.add(BELL_BYTES + writer * RING_STRIDE) };
+        // SAFETY: the header's two lines and the data area lie inside the mapping.
+        let (tail, data) = unsafe { (hdr.add(LINE), hdr.add(RING_HEADER)) };
+        Ring {
+            head: hdr as *const AtomicU64,
+            tail: tail as *const AtomicU64,
+            data,
+        }
+    }
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        self.unlink();
+        // SAFETY: unmapping exactly the mapping made in `map`.
+        unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
+    }
+}
+
+/// A rank's doorbell: `seq` is the futex word, `sleepers` says whether ringing must wake.
+#[repr(C)]
+struct Bell {
+    seq: AtomicU32,
+    sleepers: AtomicU32,
+}
+
+impl Bell {
+    fn ring(&self) {
+        self.seq.fetch_add(1, Ordering::SeqCst);
+        if self.sleepers.load(Ordering::SeqCst) > 0 {
+            // SAFETY: FUTEX_WAKE on a valid, aligned u32 in shared memory.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_futex,
+                    self.seq.as_ptr(),
+                    libc::FUTEX_WAKE,
+                    i32::MAX,
+                    std::ptr::null::<libc::timespec>(),
+                    std::ptr::null::<u32>(),
+                    0,
+                )
+            };
+        }
+    }
+}
+
+/// One SPSC byte ring: `head` and `tail` count bytes ever written and read.
+struct Ring {
+    head: *const AtomicU64,
+    tail: *const AtomicU64,
+    data: *mut u8,
+}
+
+impl Ring {
+    fn head(&self) -> &AtomicU64 {
+        // SAFETY: points into a live mapping (see `ShmPipe`'s Send impl), aligned to a line.
+        unsafe { &*self.head }
+    }
+
+    fn tail(&self) -> &AtomicU64 {
+        // SAFETY: as for `head`.
+        unsafe { &*self.tail }
+    }
+
+    /// Copies as much of `bufs` as fits; returns the bytes written.
+    fn write(&self, bufs: &[IoSlice<'_>]) -> usize {
+        let head = self.head().load(Ordering::Relaxed);
+        let tail = self.tail().load(Ordering::Acquire);
+        let mut free = RING_BYTES - (head - tail) as usize;
+        let mut pos = head;
+        for b in bufs {
+            let n = b.len().min(free);
+            self.copy_in(pos, &b[..n]);
+            pos += n as u64;
+            free -= n;
+            if free == 0 {
+                break;
+            }
+        }
+        self.head().store(pos, Ordering::SeqCst);
+        (pos - head) as usize
+    }
+
+    fn copy_in(&self, pos: u64, src: &[u8]) {
+        let at = (pos % RING_BYTES as u64) as usize;
+        let first = src.len().min(RING_BYTES - at);
+        // SAFETY: both ranges lie inside the ring's data area, in the part the consumer has
+        // released (head - tail <= RING_BYTES), so nobody reads them concurrently.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), self.data.add(at), first);
+            std::ptr::copy_nonoverlapping(src.as_ptr().add(first), self.data, src.len() - first);
+        }
+    }
+
+    /// Copies up to `buf.len()` available bytes out; returns the bytes read.
+    fn read(&self, buf: &mut [u8]) -> usize {
+        let tail = self.tail().load(Ordering::Relaxed);
+        let head = self.head().load(Ordering::Acquire);
+        let n = ((head - tail) as usize).min(buf.len());
+        if n == 0 {
+            return 0;
+        }
+        let at = (tail % RING_BYTES as u64) as usize;
+        let first = n.min(RING_BYTES - at);
+        // SAFETY: [tail, tail + n) was published by the producer (head >= tail + n) and is not
+        // overwritten until we advance tail.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.data.add(at), buf.as_mut_ptr(), first);
+            std::ptr::copy_nonoverlapping(self.data, buf.as_mut_ptr().add(first), n - first);
+        }
+        self.tail().store(tail + n as u64, Ordering::SeqCst);
+        n
+    }
+
+    fn has_data(&self) -> bool {
+        self.head().load(Ordering::Acquire) != self.tail().load(Ordering::Relaxed)
+    }
+
+    fn has_space(&self) -> bool {
+        self.head().load(Ordering::Relaxed) - self.tail().load(Ordering::Acquire)
+            < RING_BYTES as u64
+    }
+}
+
+/// This rank's view of the host's shared memory: its own segment and its peers'.
+pub struct ShmHost {
+    own: Segment,
+    peers: Vec<Option<Segment>>,
+}
+
+impl ShmHost {
+    pub fn new(own: Segment, peers: Vec<Option<Segment>>) -> ShmHost {
+        ShmHost { own, peers }
+    }
+
+    pub fn unlink_own(&mut self) {
+        self.own.unlink();
+    }
+
+    /// The pipe between this rank (`me`) and peer `p`, if p shares the host.
+    pub fn pipe(&self, me: usize, p: usize) -> Option<ShmPipe> {
+        let theirs = self.peers.get(p)?.as_ref()?;
+        Some(ShmPipe {
+            rx: self.own.ring(p),
+            tx: theirs.ring(me),
+            peer_bell: theirs.bell() as *const Bell,
+        })
+    }
+
+    fn own_bell(&self) -> &Bell {
+        self.own.bell()
+    }
+
+    /// Sleeps until a peer rings this rank's doorbell or `timeout` passes, unless `ready`
+    /// (re-checked after announcing the sleep, so no ring is missed) says there is work.
+    pub fn sleep(&self, timeout: Duration, ready: impl FnOnce() -> bool) {
+        let bell = self.own_bell();
+        bell.sleepers.fetch_add(1, Ordering::SeqCst);
+        let seen = bell.seq.load(Ordering::SeqCst);
+        if !ready() {
+            let ts = libc::timespec {
+                tv_sec: timeout.as_secs() as libc::time_t,
+                tv_nsec: timeout.subsec_nanos() as libc::c_long,
+            };
+            // SAFETY: FUTEX_WAIT on a valid, aligned u32 in shared memory with a valid timeout;
+            // it returns at once if the word no longer equals `seen`.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_futex,
+                    bell.seq.as_ptr(),
+                    libc::FUTEX_WAIT,
+                    seen,
+                    &ts as *const libc::timespec,
+                    std::ptr::null::<u32>(),
+                    0,
+                )
+            };
+        }
+        bell.sleepers.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A bidirectional byte pipe to one peer through shared memory.
+pub struct ShmPipe {
+    rx: Ring,
+    tx: Ring,
+    peer_bell: *const Bell,
+}
+
+// SAFETY: the raw pointers point into mappings owned by the ShmHost that outlives every pipe
+// (both live in the same transport and are dropped together, pipes first).
+unsafe impl Send for ShmPipe {}
+
+impl ShmPipe {
+    fn peer_bell(&self) -> &Bell {
+        // SAFETY: see the Send impl: the mapping outlives the pipe.
+        unsafe { &*self.peer_bell }
+    }
+
+    /// Non-blocking read: `WouldBlock` when the ring is empty.
+    pub fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        match self.rx.read(buf) {
+            0 => Err(io::ErrorKind::WouldBlock.into()),
+            n => {
+                // The writer may be waiting for the space just freed.
+                self.peer_bell().ring();
+                Ok(n)
+            }
+        }
+    }
+
+    /// Non-blocking write: `WouldBlock` when the ring is full.
+    pub fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        match self.tx.write(bufs) {
+            0 if bufs.iter().any(|b| !b.is_empty()) => Err(io::ErrorKind::WouldBlock.into()),
+            n => {
+                self.peer_bell().ring();
+                Ok(n)
+            }
+        }
+    }
+
+    pub fn has_data(&self) -> bool {
+        self.rx.has_data()
+    }
+
+    pub fn has_space(&self) -> bool {
+        self.tx.has_space()
+    }
+}
