@@ -2,7 +2,7 @@
 //! group's operations in issue order.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -12,8 +12,8 @@ use crate::reduce;
 use crate::spin::Spin;
 use crate::store::Store;
 use crate::tensor::{RawBuf, Tensor};
-use crate::transport::tcp::TcpTransport;
-use crate::transport::{OpCtx, Signature, Transport};
+use crate::transport::mesh::MeshTransport;
+use crate::transport::{OpCtx, P2pDone, Signature, Transport};
 use crate::types::{CollectiveKind, DType, ReduceOp};
 use crate::work::{Keepalive, Work};
 
@@ -28,6 +28,8 @@ struct QueueState {
 #[derive(Default)]
 struct Queue {
     state: Mutex<QueueState>,
+    /// Jobs queued and not yet taken, readable without the lock.
+    queued: AtomicUsize,
     cond: Condvar,
     /// Set when the group is aborted: queued work fails instead of running.
     aborted: AtomicBool,
@@ -48,19 +50,35 @@ impl Queue {
             ));
         }
         st.jobs.push_back(job);
+        self.queued.fetch_add(1, Ordering::Release);
         drop(st);
         self.cond.notify_one();
         Ok(())
+    }
+
+    fn has_jobs(&self) -> bool {
+        self.queued.load(Ordering::Acquire) > 0
+    }
+
+    fn try_pop(&self) -> Option<Job> {
+        if !self.has_jobs() {
+            return None;
+        }
+        let job = self.lock().jobs.pop_front();
+        if job.is_some() {
+            self.queued.fetch_sub(1, Ordering::Release);
+        }
+        job
     }
 
     /// The next job; `None` once closed and drained.
     fn pop(&self) -> Option<Job> {
         let mut spin = Spin::new();
         loop {
-            let mut st = self.lock();
-            if let Some(job) = st.jobs.pop_front() {
+            if let Some(job) = self.try_pop() {
                 return Some(job);
             }
+            let st = self.lock();
             if st.closed {
                 return None;
             }
@@ -75,7 +93,8 @@ impl Queue {
                     .wait(st)
                     .unwrap_or_else(|poisoned| poisoned.into_inner());
             }
-            if let Some(job) = st.jobs.pop_front() {
+            drop(st);
+            if let Some(job) = self.try_pop() {
                 return Some(job);
             }
             return None;
@@ -194,7 +213,7 @@ impl ProcessGroup {
             )));
         }
         let algos = AlgoOverrides::from_env()?;
-        let transport = TcpTransport::connect(store, name, rank, size, group_id(name), timeout)?;
+        let transport = MeshTransport::connect(store, name, rank, size, group_id(name), timeout)?;
         let queue = Arc::new(Queue::default());
         let mut engine = Engine {
             transport: Box::new(transport),
@@ -208,8 +227,19 @@ impl ProcessGroup {
         std::thread::Builder::new()
             .name(format!("rustdist-{rank}"))
             .spawn(move || {
-                while let Some(job) = worker_queue.pop() {
-                    job(&mut engine);
+                loop {
+                    if let Some(job) = worker_queue.try_pop() {
+                        job(&mut engine);
+                    } else if engine.transport.has_pending() {
+                        // Posted sends and receives move while no job is queued.
+                        let outcome = engine.transport.pump(&|| worker_queue.has_jobs());
+                        let _ = engine.record(outcome);
+                    } else {
+                        match worker_queue.pop() {
+                            Some(job) => job(&mut engine),
+                            None => break,
+                        }
+                    }
                 }
                 if engine.failed.is_none() {
                     engine.transport.shutdown();
@@ -434,20 +464,46 @@ impl ProcessGroup {
         })
     }
 
-    /// Sends `t` to `dst` with `tag`.
+    /// Queues a point-to-point operation: `post` hands it to the transport, whose completion
+    /// (possibly during a later operation) completes the Work with the peer's rank.
+    fn submit_p2p(
+        &self,
+        keep: Option<Keepalive>,
+        post: impl FnOnce(&mut Engine, Instant, P2pDone) + Send + 'static,
+    ) -> Result<Work> {
+        let work = Work::new(keep);
+        let done = work.clone();
+        let queue = self.queue.clone();
+        self.queue.push(Box::new(move |engine| {
+            if queue.aborted.load(Ordering::Acquire) {
+                done.complete(Err(Error::backend("the process group was aborted")), None);
+                return;
+            }
+            if let Err(e) = engine.check() {
+                done.complete(Err(e), None);
+                return;
+            }
+            let deadline = engine.deadline();
+            post(
+                engine,
+                deadline,
+                Box::new(move |outcome| match outcome {
+                    Ok(peer) => done.complete(Ok(()), Some(peer)),
+                    Err(e) => done.complete(Err(e), None),
+                }),
+            );
+        }))?;
+        Ok(work)
+    }
+
+    /// Sends `t` to `dst` with `tag`; the Work completes once the bytes are handed over.
     pub fn send(&self, t: Tensor, dst: usize, tag: i64, keep: Option<Keepalive>) -> Result<Work> {
         self.check_rank("send destination rank", dst)?;
         if dst == self.rank {
             return Err(Error::invalid(format!("rank {dst} cannot send to itself")));
         }
-        self.submit(keep, move |eng| {
-            eng.check()?;
-            let deadline = eng.deadline();
-            // SAFETY: the caller keeps `t` alive and untouched until the Work completes.
-            let data = unsafe { t.buf.as_slice() };
-            let outcome = eng.transport.send_tagged(dst, tag, data, deadline);
-            eng.record(outcome)?;
-            Ok(None)
+        self.submit_p2p(keep, move |eng, deadline, done| {
+            eng.transport.post_send(dst, tag, t.buf, deadline, done)
         })
     }
 
@@ -468,13 +524,8 @@ impl ProcessGroup {
                 )));
             }
         }
-        self.submit(keep, move |eng| {
-            eng.check()?;
-            let deadline = eng.deadline();
-            // SAFETY: the caller keeps `t` alive and untouched until the Work completes.
-            let buf = unsafe { t.buf.as_mut_slice() };
-            let outcome = eng.transport.recv_tagged(src, tag, buf, deadline);
-            Ok(Some(eng.record(outcome)?))
+        self.submit_p2p(keep, move |eng, deadline, done| {
+            eng.transport.post_recv(src, tag, t.buf, deadline, done)
         })
     }
 

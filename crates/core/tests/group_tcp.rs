@@ -166,3 +166,58 @@ fn dead_peer_is_reported_by_every_survivor() {
         }
     }
 }
+
+#[test]
+fn posted_receives_never_block_later_operations() {
+    for n in [2usize, 3] {
+        run_world(n, &format!("p2p{n}"), move |pg| {
+            let rank = pg.rank();
+            let peer = (rank + 1) % n;
+            let from = (rank + n - 1) % n;
+            // Receive first, then send and run a collective: a blocking receive would deadlock.
+            let mut inbox = vec![0f32; 100_000];
+            let recv = pg
+                .recv(f32_tensor(&mut inbox), Some(from), 3, None)
+                .unwrap();
+            let mut total = vec![1f32; 8];
+            let ar = pg
+                .all_reduce(f32_tensor(&mut total), ReduceOp::Sum, None)
+                .unwrap();
+            let mut outbox = vec![rank as f32; 100_000];
+            let send = pg.send(f32_tensor(&mut outbox), peer, 3, None).unwrap();
+            ar.wait(None).unwrap();
+            send.wait(None).unwrap();
+            recv.wait(None).unwrap();
+            assert_eq!(recv.source_rank(), Some(from));
+            assert!(inbox.iter().all(|&x| x == from as f32));
+            assert!(total.iter().all(|&x| x == n as f32));
+        });
+    }
+}
+
+#[test]
+fn tags_are_matched_not_arrival_order() {
+    run_world(2, "tags", |pg| {
+        if pg.rank() == 0 {
+            let mut a = vec![1f32; 4];
+            let mut b = vec![2f32; 4];
+            let wa = pg.send(f32_tensor(&mut a), 1, 1, None).unwrap();
+            let wb = pg.send(f32_tensor(&mut b), 1, 2, None).unwrap();
+            wa.wait(None).unwrap();
+            wb.wait(None).unwrap();
+        } else {
+            let mut b = vec![0f32; 4];
+            let mut a = vec![0f32; 4];
+            pg.recv(f32_tensor(&mut b), Some(0), 2, None)
+                .unwrap()
+                .wait(None)
+                .unwrap();
+            pg.recv(f32_tensor(&mut a), None, 1, None)
+                .unwrap()
+                .wait(None)
+                .unwrap();
+            assert_eq!((a[0], b[0]), (1.0, 2.0));
+        }
+        pg.barrier().unwrap().wait(None).unwrap();
+    });
+}

@@ -18,7 +18,11 @@ impl From<Error> for PyDistError {
     }
 }
 
-fn dist_class(py: Python<'_>, cell: &'static PyOnceLock<Py<PyType>>, name: &str) -> PyResult<Py<PyType>> {
+fn dist_class(
+    py: Python<'_>,
+    cell: &'static PyOnceLock<Py<PyType>>,
+    name: &str,
+) -> PyResult<Py<PyType>> {
     cell.get_or_try_init(py, || {
         let cls = py.import("rustdist._errors")?.getattr(name)?;
         Ok(cls.cast_into::<PyType>()?.unbind())

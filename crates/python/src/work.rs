@@ -20,7 +20,9 @@ impl From<Work> for PyWork {
 }
 
 fn error_object(py: Python<'_>, e: &rustdist_core::Error) -> Py<PyAny> {
-    PyErr::from(PyDistError(e.clone())).into_value(py).into_any()
+    PyErr::from(PyDistError(e.clone()))
+        .into_value(py)
+        .into_any()
 }
 
 #[pymethods]

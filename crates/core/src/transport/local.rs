@@ -1,9 +1,9 @@
 //! In-memory transport between threads of one process, for tests of the algorithms and benches.
 //!
 //! Every rank owns one inbound channel that all peers send into; frames are sorted into
-//! per-source queues on arrival, so receiving from one peer never blocks on another and
-//! tagged receives can match any source. Sends never block (unbounded channels), which gives
-//! the "sends never wait for this rank's receives" guarantee of [`Transport::exchange`].
+//! per-source queues on arrival, so receiving from one peer never blocks on another. Sends never
+//! block (unbounded channels), which gives the "sends never wait for this rank's receives"
+//! guarantee of [`Transport::exchange`]. It carries collectives only (no point-to-point).
 
 use std::collections::VecDeque;
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
@@ -17,10 +17,6 @@ enum Payload {
     Collective {
         seq: u64,
         sig: Signature,
-        data: Vec<u8>,
-    },
-    Tagged {
-        tag: i64,
         data: Vec<u8>,
     },
     Abort(String),
@@ -45,8 +41,6 @@ pub struct LocalTransport {
     inbox: Receiver<Envelope>,
     /// Collective frames received but not yet matched, per source rank.
     frames: Vec<VecDeque<Frame>>,
-    /// Tagged messages received but not yet matched: (src, tag, data), in arrival order.
-    tagged: VecDeque<(usize, i64, Vec<u8>)>,
     /// Peers that called `shutdown`.
     closed: Vec<bool>,
     /// Set once a peer aborted; every later call fails with it.
@@ -63,7 +57,6 @@ pub fn mesh(n: usize) -> Vec<LocalTransport> {
             peers: txs.clone(),
             inbox,
             frames: (0..n).map(|_| VecDeque::new()).collect(),
-            tagged: VecDeque::new(),
             closed: vec![false; n],
             aborted: None,
         })
@@ -134,7 +127,6 @@ impl LocalTransport {
             Payload::Collective { seq, sig, data } => {
                 self.frames[env.src].push_back(Frame { seq, sig, data })
             }
-            Payload::Tagged { tag, data } => self.tagged.push_back((env.src, tag, data)),
             Payload::Shutdown => self.closed[env.src] = true,
             Payload::Abort(reason) => {
                 let e = Error::backend(format!(
@@ -229,70 +221,6 @@ impl Transport for LocalTransport {
             }
         }
         Ok(())
-    }
-
-    fn send_tagged(
-        &mut self,
-        peer: usize,
-        tag: i64,
-        data: &[u8],
-        _deadline: Instant,
-    ) -> Result<()> {
-        if let Some(e) = &self.aborted {
-            return Err(e.clone());
-        }
-        let payload = Payload::Tagged {
-            tag,
-            data: data.to_vec(),
-        };
-        self.post(peer, payload)
-    }
-
-    fn recv_tagged(
-        &mut self,
-        src: Option<usize>,
-        tag: i64,
-        buf: &mut [u8],
-        deadline: Instant,
-    ) -> Result<usize> {
-        if let Some(s) = src {
-            self.check_peer(s)?;
-        }
-        loop {
-            let hit = self
-                .tagged
-                .iter()
-                .position(|(s, t, _)| *t == tag && src.is_none_or(|want| want == *s));
-            if let Some(i) = hit {
-                let (from, _, data) = self
-                    .tagged
-                    .remove(i)
-                    .ok_or_else(|| Error::Runtime("tagged queue changed under us".to_string()))?;
-                if data.len() != buf.len() {
-                    return Err(Error::Runtime(format!(
-                        "recv: rank {} expected {} bytes from rank {from} (tag {tag}), got {}",
-                        self.rank,
-                        buf.len(),
-                        data.len()
-                    )));
-                }
-                buf.copy_from_slice(&data);
-                return Ok(from);
-            }
-            if let Some(s) = src {
-                if self.closed[s] {
-                    return Err(Error::network(format!(
-                        "rank {}: rank {s} left the group",
-                        self.rank
-                    )));
-                }
-            }
-            let what = match src {
-                Some(s) => format!("a message with tag {tag} from rank {s}"),
-                None => format!("a message with tag {tag} from any rank"),
-            };
-            self.pump(deadline, &what)?;
-        }
     }
 
     fn abort(&mut self, reason: &str) {
@@ -440,28 +368,6 @@ mod tests {
             .unwrap_err();
         assert!(
             matches!(e, Error::Backend(ref s) if s.contains("timed out")),
-            "{e:?}"
-        );
-    }
-
-    #[test]
-    fn tagged_any_source_abort_and_shutdown() {
-        let mut m = mesh(3);
-        let far = Instant::now() + Duration::from_secs(5);
-        m[2].send_tagged(0, 7, &[9], far).unwrap();
-        m[1].send_tagged(0, 5, &[8], far).unwrap();
-        let mut b = [0u8; 1];
-        assert_eq!(m[0].recv_tagged(None, 5, &mut b, far).unwrap(), 1);
-        assert_eq!(b, [8]);
-        assert_eq!(m[0].recv_tagged(Some(2), 7, &mut b, far).unwrap(), 2);
-        assert_eq!(b, [9]);
-        m[2].shutdown();
-        let e = m[0].recv_tagged(Some(2), 1, &mut b, far).unwrap_err();
-        assert!(matches!(e, Error::Network(_)), "{e:?}");
-        m[1].abort("boom");
-        let e = m[0].recv_tagged(None, 1, &mut b, far).unwrap_err();
-        assert!(
-            matches!(e, Error::Backend(ref s) if s.contains("boom")),
             "{e:?}"
         );
     }

@@ -3,14 +3,33 @@
 //! Algorithms are written against [`Transport`], so every transport (TCP today, shared memory
 //! later, an in-memory one for tests) serves the same ring and tree code.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::tensor::RawBuf;
 use crate::types::{CollectiveKind, DType, ReduceOp};
 
+pub mod frame;
 pub mod local;
+pub mod mesh;
 pub mod shm;
 pub mod tcp;
+
+/// Time left until `deadline`, or `None` once it has passed.
+pub fn remaining(deadline: Instant) -> Option<Duration> {
+    deadline
+        .checked_duration_since(Instant::now())
+        .filter(|d| !d.is_zero())
+}
+
+/// Completion of a point-to-point operation: the peer's rank, or the error.
+pub type P2pDone = Box<dyn FnOnce(Result<usize>) + Send>;
+
+fn no_point_to_point(done: P2pDone) {
+    done(Err(Error::Runtime(
+        "this transport has no point-to-point operations".into(),
+    )))
+}
 
 /// What every rank of one collective must agree on. It travels in every frame header, so a
 /// rank that called a different collective, dtype, reduce op or element count is caught on
@@ -63,18 +82,40 @@ pub trait Transport: Send {
     /// disagrees with `ctx.sig` (the message names both ranks and what differs).
     fn exchange(&mut self, ctx: &OpCtx, ops: &mut [Op<'_>]) -> Result<()>;
 
-    /// Tagged point-to-point send, outside any collective's sequence.
-    fn send_tagged(&mut self, peer: usize, tag: i64, data: &[u8], deadline: Instant) -> Result<()>;
+    /// Posts a tagged point-to-point send of `data` (outside any collective's sequence).
+    /// Returns at once; `done` runs, on whichever call moves the last byte, with the peer's
+    /// rank or the error. The caller keeps `data` alive and unchanged until then.
+    fn post_send(&mut self, peer: usize, tag: i64, data: RawBuf, deadline: Instant, done: P2pDone) {
+        let _ = (peer, tag, data, deadline);
+        no_point_to_point(done)
+    }
 
-    /// Receives a tagged message from `src` (any rank when `None`) into `buf`; returns the
-    /// sender's rank. The message length must equal `buf.len()`.
-    fn recv_tagged(
+    /// Posts a receive of a message with `tag` from `src` (any rank when `None`) into `buf`;
+    /// `done` gets the sender's rank. The message length must equal `buf.len()`. The caller
+    /// keeps `buf` alive and untouched until `done` runs.
+    fn post_recv(
         &mut self,
         src: Option<usize>,
         tag: i64,
-        buf: &mut [u8],
+        buf: RawBuf,
         deadline: Instant,
-    ) -> Result<usize>;
+        done: P2pDone,
+    ) {
+        let _ = (src, tag, buf, deadline);
+        no_point_to_point(done)
+    }
+
+    /// True while posted point-to-point operations are unfinished.
+    fn has_pending(&self) -> bool {
+        false
+    }
+
+    /// Moves pending point-to-point bytes until none are pending, `interrupt` says stop, or a
+    /// short nap passes.
+    fn pump(&mut self, interrupt: &dyn Fn() -> bool) -> Result<()> {
+        let _ = interrupt;
+        Ok(())
+    }
 
     /// Tells every peer this group failed with `reason`, so that they fail fast too.
     fn abort(&mut self, reason: &str);

@@ -10,9 +10,11 @@
 use std::ffi::CString;
 use std::io::{self, IoSlice};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::store::Store;
+use crate::transport::remaining;
 
 /// Bytes of one ring's data area: large enough that big messages move in few wake-ups, small
 /// enough to stay cache-friendly.
@@ -46,7 +48,7 @@ impl Segment {
     }
 
     /// Creates this rank's segment with one ring slot per rank of a group of `size`.
-    pub fn create(name: &str, size: usize) -> Result<Segment> {
+    fn create(name: &str, size: usize) -> Result<Segment> {
         let cname = CString::new(name).map_err(|_| Error::invalid("bad shared-memory name"))?;
         let len = Self::len_for(size);
         // SAFETY: shm_open with a valid NUL-terminated name; the fd is closed below.
@@ -81,7 +83,7 @@ impl Segment {
     }
 
     /// Maps a peer's segment created with the same `size`.
-    pub fn open(name: &str, size: usize) -> Result<Segment> {
+    fn open(name: &str, size: usize) -> Result<Segment> {
         let cname = CString::new(name).map_err(|_| Error::invalid("bad shared-memory name"))?;
         // SAFETY: shm_open with a valid NUL-terminated name; the fd is closed below.
         let fd = unsafe { libc::shm_open(cname.as_ptr(), libc::O_RDWR, 0) };
@@ -118,7 +120,7 @@ impl Segment {
     }
 
     /// Removes the name once every peer has mapped it, so nothing outlives the processes.
-    pub fn unlink(&mut self) {
+    fn unlink(&mut self) {
         if self.owner {
             // SAFETY: unlinking a name this rank created; mappings stay valid.
             unsafe { libc::shm_unlink(self.name.as_ptr()) };
@@ -266,11 +268,11 @@ pub struct ShmHost {
 }
 
 impl ShmHost {
-    pub fn new(own: Segment, peers: Vec<Option<Segment>>) -> ShmHost {
+    fn new(own: Segment, peers: Vec<Option<Segment>>) -> ShmHost {
         ShmHost { own, peers }
     }
 
-    pub fn unlink_own(&mut self) {
+    fn unlink_own(&mut self) {
         self.own.unlink();
     }
 
@@ -367,4 +369,77 @@ impl ShmPipe {
     pub fn has_space(&self) -> bool {
         self.tx.has_space()
     }
+}
+
+/// Identifies this machine (and boot), so that ranks can tell which peers share memory with it.
+fn host_identity() -> String {
+    let mut name = [0u8; 256];
+    // SAFETY: gethostname writes at most `name.len()` bytes into the buffer.
+    let ok = unsafe { libc::gethostname(name.as_mut_ptr() as *mut libc::c_char, name.len()) } == 0;
+    let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+    let host = if ok {
+        String::from_utf8_lossy(&name[..end]).into_owned()
+    } else {
+        String::new()
+    };
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    format!("{host}/{}", boot.trim())
+}
+
+/// Sets up shared-memory pipes to the peers on this host (unless `RUSTDIST_SHM=0`). A rank that
+/// cannot create its segment publishes none, and its pairs stay on TCP.
+pub fn share_memory(
+    store: &dyn Store,
+    prefix: &str,
+    rank: usize,
+    size: usize,
+    group: u32,
+    deadline: Instant,
+) -> Result<Option<ShmHost>> {
+    let enabled = std::env::var("RUSTDIST_SHM").map_or(true, |v| v != "0");
+    if size == 1 || !enabled {
+        return Ok(None);
+    }
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let name = format!(
+        "/rustdist-{}-{group:x}-{rank}-{stamp:x}",
+        std::process::id()
+    );
+    let own = Segment::create(&name, size).ok();
+    let published = match &own {
+        Some(_) => format!("{}\n{name}", host_identity()),
+        None => String::new(),
+    };
+    store.set(&format!("{prefix}/shm/{rank}"), published.as_bytes())?;
+    let Some(own) = own else { return Ok(None) };
+    let me = host_identity();
+    let mut segments: Vec<Option<Segment>> = (0..size).map(|_| None).collect();
+    for (p, slot) in segments.iter_mut().enumerate() {
+        if p == rank {
+            continue;
+        }
+        let raw = store.get(&format!("{prefix}/shm/{p}"), remaining(deadline))?;
+        let text = String::from_utf8_lossy(&raw);
+        if let Some((host, seg)) = text.split_once('\n') {
+            if host == me {
+                *slot = Some(Segment::open(seg, size)?);
+            }
+        }
+    }
+    // Once every local peer has mapped our segment its name can go: nothing leaks in /dev/shm.
+    store.set(&format!("{prefix}/shm_mapped/{rank}"), b"1")?;
+    let local: Vec<String> = (0..size)
+        .filter(|&p| segments[p].is_some())
+        .map(|p| format!("{prefix}/shm_mapped/{p}"))
+        .collect();
+    if local.is_empty() {
+        return Ok(None);
+    }
+    store.wait(&local, remaining(deadline))?;
+    let mut host = ShmHost::new(own, segments);
+    host.unlink_own();
+    Ok(Some(host))
 }

@@ -1,0 +1,179 @@
+//! The frame header every message carries: group, collective sequence number and step (or the
+//! point-to-point tag) and the collective's [`Signature`], so that messages of different
+//! collectives, groups and tags never mix and a disagreement between ranks is caught at once.
+
+use crate::error::{Error, Result};
+use crate::transport::{OpCtx, Signature};
+use crate::types::{CollectiveKind, DType, ReduceOp};
+
+const MAGIC: u32 = 0x5244_5354; // "RDST"
+pub const HEADER_LEN: usize = 40;
+
+#[repr(u8)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameKind {
+    Collective = 1,
+    Tagged = 2,
+    Abort = 3,
+    Goodbye = 4,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    pub kind: FrameKind,
+    /// Collective kind; for `Abort`, the error class (see [`abort_class`]).
+    pub coll: u8,
+    pub dtype: u8,
+    pub op: u8,
+    pub group: u32,
+    pub step: u32,
+    /// Collective sequence number, or the tag of a tagged message.
+    pub seq: u64,
+    pub count: u64,
+    pub len: u64,
+}
+
+impl Header {
+    pub fn encode(&self) -> [u8; HEADER_LEN] {
+        let mut b = [0u8; HEADER_LEN];
+        b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+        b[4] = self.kind as u8;
+        b[5] = self.coll;
+        b[6] = self.dtype;
+        b[7] = self.op;
+        b[8..12].copy_from_slice(&self.group.to_le_bytes());
+        b[12..16].copy_from_slice(&self.step.to_le_bytes());
+        b[16..24].copy_from_slice(&self.seq.to_le_bytes());
+        b[24..32].copy_from_slice(&self.count.to_le_bytes());
+        b[32..40].copy_from_slice(&self.len.to_le_bytes());
+        b
+    }
+
+    pub fn decode(b: &[u8; HEADER_LEN], peer: usize) -> Result<Header> {
+        let word = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        let long = |i: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&b[i..i + 8]);
+            u64::from_le_bytes(w)
+        };
+        if word(0) != MAGIC {
+            return Err(Error::network(format!(
+                "rank {peer} sent a malformed frame (bad magic {:#x})",
+                word(0)
+            )));
+        }
+        let kind = match b[4] {
+            1 => FrameKind::Collective,
+            2 => FrameKind::Tagged,
+            3 => FrameKind::Abort,
+            4 => FrameKind::Goodbye,
+            other => {
+                return Err(Error::network(format!(
+                    "rank {peer} sent a malformed frame (kind {other})"
+                )))
+            }
+        };
+        Ok(Header {
+            kind,
+            coll: b[5],
+            dtype: b[6],
+            op: b[7],
+            group: word(8),
+            step: word(12),
+            seq: long(16),
+            count: long(24),
+            len: long(32),
+        })
+    }
+
+    pub fn collective(group: u32, ctx: &OpCtx, step: u32, len: usize) -> Header {
+        Header {
+            kind: FrameKind::Collective,
+            coll: ctx.sig.kind as u8,
+            dtype: ctx.sig.dtype as u8,
+            op: ctx.sig.op as u8,
+            group,
+            step,
+            seq: ctx.seq,
+            count: ctx.sig.count,
+            len: len as u64,
+        }
+    }
+}
+
+pub fn abort_class(e: &Error) -> u8 {
+    match e {
+        Error::Network(_) => 1,
+        _ => 2,
+    }
+}
+
+pub fn error_from_abort(class: u8, msg: String) -> Error {
+    if class == 1 {
+        Error::Network(msg)
+    } else {
+        Error::Backend(msg)
+    }
+}
+
+/// A complete frame read before anyone asked for it.
+/// The collective a header belongs to, in words.
+pub fn collective_name(hdr: &Header) -> String {
+    CollectiveKind::from_code(hdr.coll)
+        .map(|k| k.name().to_string())
+        .unwrap_or_else(|_| format!("collective code {}", hdr.coll))
+}
+
+/// What differs between our signature and a peer's header, in words.
+pub fn signature_diff(ours: &Signature, hdr: &Header) -> Option<String> {
+    if ours.kind as u8 != hdr.coll {
+        let theirs = collective_name(hdr);
+        return Some(format!(
+            "collective type differs: {} vs {theirs}",
+            ours.kind.name()
+        ));
+    }
+    if ours.dtype as u8 != hdr.dtype {
+        let theirs = DType::from_code(hdr.dtype)
+            .map(|d| d.name().to_string())
+            .unwrap_or_else(|_| format!("dtype code {}", hdr.dtype));
+        return Some(format!("dtype differs: {} vs {theirs}", ours.dtype.name()));
+    }
+    if ours.count != hdr.count {
+        return Some(format!(
+            "tensor size differs: {} vs {} elements",
+            ours.count, hdr.count
+        ));
+    }
+    if ours.op as u8 != hdr.op {
+        let theirs = ReduceOp::from_code(hdr.op)
+            .map(|o| o.name().to_string())
+            .unwrap_or_else(|_| format!("op code {}", hdr.op));
+        return Some(format!("reduce op differs: {} vs {theirs}", ours.op.name()));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_roundtrip() {
+        let h = Header {
+            kind: FrameKind::Collective,
+            coll: 2,
+            dtype: 3,
+            op: 1,
+            group: 0xabcd,
+            step: 7,
+            seq: 99,
+            count: 12345,
+            len: 4096,
+        };
+        assert_eq!(Header::decode(&h.encode(), 1).unwrap(), h);
+        let mut bad = h.encode();
+        bad[0] ^= 0xff;
+        assert!(matches!(Header::decode(&bad, 1), Err(Error::Network(_))));
+    }
+}
