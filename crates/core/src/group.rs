@@ -168,6 +168,7 @@ pub struct ProcessGroup {
     name: String,
     timeout: Duration,
     queue: Arc<Queue>,
+    worker: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 /// FNV-1a: a stable 32-bit id of the group name, carried in every frame header.
@@ -224,7 +225,7 @@ impl ProcessGroup {
             size,
         };
         let worker_queue = queue.clone();
-        std::thread::Builder::new()
+        let worker = std::thread::Builder::new()
             .name(format!("rustdist-{rank}"))
             .spawn(move || {
                 loop {
@@ -252,6 +253,7 @@ impl ProcessGroup {
             name: name.to_string(),
             timeout,
             queue,
+            worker: Mutex::new(Some(worker)),
         })
     }
 
@@ -529,9 +531,20 @@ impl ProcessGroup {
         })
     }
 
-    /// Leaves the group cleanly: queued work still runs, then peers are told and sockets close.
+    /// Leaves the group cleanly: queued work still runs, then peers are told and sockets
+    /// close; returns once the worker has finished (each queued operation is bounded by the
+    /// group's timeout).
     pub fn shutdown(&self) {
         self.queue.close();
+        let worker = self
+            .worker
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        if let Some(worker) = worker {
+            // A worker that panicked has nothing left to clean up.
+            let _ = worker.join();
+        }
     }
 
     /// Fails all queued work and tells the peers; the operation in progress ends at its timeout

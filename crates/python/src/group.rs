@@ -158,9 +158,11 @@ impl PyProcessGroup {
         Ok(self.pg.recv(t, src, tag, keepalive(keep))?.into())
     }
 
-    /// Leaves the group cleanly: queued work still runs, then peers are told.
-    fn shutdown(&self) {
-        self.pg.shutdown();
+    /// Leaves the group cleanly: queued work still runs, then peers are told. Blocks (GIL
+    /// released: completions may call back into Python) until the worker has finished.
+    fn shutdown(&self, py: Python<'_>) {
+        let pg = self.pg.clone();
+        py.detach(|| pg.shutdown());
     }
 
     /// Fails queued work and tells peers the group is aborted.

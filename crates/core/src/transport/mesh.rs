@@ -85,6 +85,8 @@ enum Rx {
     Tagged { id: u64 },
     /// Collecting a frame nobody asked for yet.
     Stash { frame: Frame, got: usize },
+    /// Dropping the rest of a frame whose receive failed (it was matched, so it is consumed).
+    Discard { left: usize },
 }
 
 const RX_IDLE: Rx = Rx::Header {
@@ -532,6 +534,13 @@ impl MeshTransport {
                     }
                     peer.link.read(&mut frame.payload[*got..*got + want])
                 }
+                Rx::Discard { left } => {
+                    let want = (*left).min(STASH_CHUNK);
+                    if peer.scratch.len() < want {
+                        peer.scratch.resize(want, 0);
+                    }
+                    peer.link.read(&mut peer.scratch[..want])
+                }
             };
             let n = match res {
                 Ok(0) => {
@@ -625,6 +634,13 @@ impl MeshTransport {
                 }
                 Ok(())
             }
+            Rx::Discard { left } => {
+                *left -= n;
+                if *left == 0 {
+                    peer.rx = RX_IDLE;
+                }
+                Ok(())
+            }
             Rx::Stash { frame, got } => {
                 *got += n;
                 if *got as u64 == frame.hdr.len {
@@ -692,7 +708,7 @@ impl MeshTransport {
                         self.peer(p)?.rx = Rx::Tagged { id };
                         return Ok(());
                     }
-                    // A size mismatch fails that receive; the frame itself is kept.
+                    // A size mismatch fails that receive, which consumes the frame.
                     let (id, want) = (r.id, r.buf.len());
                     let rank = self.rank;
                     self.complete_posted(
@@ -702,6 +718,12 @@ impl MeshTransport {
                             hdr.seq as i64, hdr.len
                         ))),
                     );
+                    if hdr.len > 0 {
+                        self.peer(p)?.rx = Rx::Discard {
+                            left: hdr.len as usize,
+                        };
+                    }
+                    return Ok(());
                 }
             }
             FrameKind::Abort | FrameKind::Goodbye => {}
@@ -744,7 +766,17 @@ impl MeshTransport {
                 Ok(())
             }
             FrameKind::Tagged => {
+                let tag = frame.hdr.seq;
                 self.peer(p)?.tagged.push_back(frame);
+                // A receive posted while this frame was still arriving can take it now.
+                let waiting = self
+                    .posted
+                    .iter()
+                    .find(|r| r.from.is_none() && r.tag == tag && r.src.is_none_or(|s| s == p))
+                    .map(|r| r.id);
+                if let Some(id) = waiting {
+                    self.match_posted_from_stash(id);
+                }
                 Ok(())
             }
             FrameKind::Collective => {

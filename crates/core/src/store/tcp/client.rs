@@ -16,6 +16,8 @@ use crate::store::{deadline_after, wait_timeout_error};
 const GRACE: Duration = Duration::from_secs(2);
 /// Longest pause between two connection attempts.
 const MAX_RETRY_PAUSE: Duration = Duration::from_millis(500);
+/// Pause before joining again after the server reached went away during the handshake.
+const REJOIN_PAUSE: Duration = Duration::from_millis(20);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -85,10 +87,23 @@ impl Client {
             idle: Mutex::new(Vec::new()),
             timeout: Mutex::new(timeout),
         };
-        lock(&client.idle).push(client.dial(deadline_after(timeout))?);
-        match checked(client.call(&Request::Hello, None)?)? {
-            Response::Ok => Ok(client),
-            other => Err(unexpected(other)),
+        let deadline = deadline_after(timeout);
+        loop {
+            // The server reached may be one that is shutting down (a process group being
+            // re-created on the same port): until the deadline, try again.
+            let hello = client.dial(deadline).and_then(|stream| {
+                lock(&client.idle).push(stream);
+                checked(client.call(&Request::Hello, None)?)
+            });
+            match hello {
+                Ok(Response::Ok) => return Ok(client),
+                Ok(other) => return Err(unexpected(other)),
+                Err(_) if Instant::now() + REJOIN_PAUSE < deadline => {
+                    lock(&client.idle).clear();
+                    thread::sleep(REJOIN_PAUSE);
+                }
+                Err(e) => return Err(e),
+            }
         }
     }
 
