@@ -13,7 +13,7 @@ use crate::spin::Spin;
 use crate::store::Store;
 use crate::tensor::{RawBuf, Tensor};
 use crate::transport::mesh::MeshTransport;
-use crate::transport::{OpCtx, P2pDone, Signature, Transport};
+use crate::transport::{Op, OpCtx, P2pDone, Signature, Transport};
 use crate::types::{CollectiveKind, DType, ReduceOp};
 use crate::work::{Keepalive, Work};
 
@@ -115,9 +115,51 @@ struct Engine {
     algos: AlgoOverrides,
     failed: Option<Error>,
     size: usize,
+    /// monitored_barrier calls so far (they use tags of their own).
+    monitored: u64,
+}
+
+/// A point-to-point transfer run to completion inside one job.
+enum P2p {
+    Send(usize, i64, RawBuf),
+    Recv(usize, i64, RawBuf),
 }
 
 impl Engine {
+    /// Posts `ops` and moves bytes until each has finished or failed (a timeout fails only
+    /// that transfer); returns the per-op outcomes, or the error that broke the group.
+    fn drive_p2p(&mut self, ops: Vec<P2p>, deadline: Instant) -> Result<Vec<Result<usize>>> {
+        let outcomes: Arc<Mutex<Vec<Option<Result<usize>>>>> =
+            Arc::new(Mutex::new(vec![None; ops.len()]));
+        for (i, op) in ops.into_iter().enumerate() {
+            let slot = outcomes.clone();
+            let done: P2pDone = Box::new(move |r| {
+                if let Ok(mut v) = slot.lock() {
+                    v[i] = Some(r);
+                }
+            });
+            match op {
+                P2p::Send(p, tag, buf) => self.transport.post_send(p, tag, buf, deadline, done),
+                P2p::Recv(p, tag, buf) => {
+                    self.transport.post_recv(Some(p), tag, buf, deadline, done)
+                }
+            }
+        }
+        let all_done = || {
+            outcomes
+                .lock()
+                .map_or(true, |v| v.iter().all(Option::is_some))
+        };
+        while !all_done() {
+            let outcome = self.transport.pump(&all_done);
+            self.record(outcome)?;
+        }
+        let mut v = outcomes
+            .lock()
+            .map_err(|_| Error::Runtime("point-to-point bookkeeping poisoned".into()))?;
+        Ok(v.drain(..).map(|o| o.unwrap_or(Ok(0))).collect())
+    }
+
     /// Runs one collective under a fresh sequence number; a network or backend failure makes
     /// the group fail every later operation and tells the peers.
     fn collective(
@@ -186,16 +228,49 @@ fn kernel_op(op: ReduceOp) -> ReduceOp {
     }
 }
 
-fn check_reduce(dtype: DType, op: ReduceOp) -> Result<()> {
-    match op {
-        ReduceOp::PremulSum => Err(Error::Runtime(
-            "ReduceOp.PREMUL_SUM needs a scale factor and is not supported yet".into(),
-        )),
-        ReduceOp::Avg if !(dtype.is_float() || dtype.is_complex()) => Err(Error::Runtime(format!(
-            "ReduceOp.AVG is not supported for {}",
-            dtype.name()
-        ))),
-        _ => reduce::check_supported(dtype, kernel_op(op)),
+/// A reduction as the user asked for it: the op, and PREMUL_SUM's factor.
+#[derive(Debug, Clone, Copy)]
+pub struct Reduction {
+    pub op: ReduceOp,
+    pub premul: Option<f64>,
+}
+
+impl Reduction {
+    pub fn new(op: ReduceOp, premul: Option<f64>) -> Result<Reduction> {
+        if op == ReduceOp::PremulSum && premul.is_none() {
+            return Err(Error::invalid(
+                "ReduceOp.PREMUL_SUM needs a scale factor (use make_premul_sum(factor))",
+            ));
+        }
+        Ok(Reduction { op, premul })
+    }
+
+    fn check(&self, dtype: DType) -> Result<()> {
+        let scaled = matches!(self.op, ReduceOp::Avg | ReduceOp::PremulSum);
+        if scaled && !(dtype.is_float() || dtype.is_complex()) {
+            return Err(Error::Runtime(format!(
+                "ReduceOp.{} is not supported for {}",
+                self.op.name(),
+                dtype.name()
+            )));
+        }
+        reduce::check_supported(dtype, kernel_op(self.op))
+    }
+
+    /// Scales this rank's contribution before the SUM (PREMUL_SUM).
+    fn before(&self, dtype: DType, buf: &mut [u8]) -> Result<()> {
+        match self.premul {
+            Some(factor) if self.op == ReduceOp::PremulSum => reduce::scale(dtype, buf, factor),
+            _ => Ok(()),
+        }
+    }
+
+    /// Scales the reduced result (AVG divides by the group size).
+    fn after(&self, dtype: DType, buf: &mut [u8], size: usize) -> Result<()> {
+        if self.op == ReduceOp::Avg {
+            reduce::scale(dtype, buf, 1.0 / size as f64)?;
+        }
+        Ok(())
     }
 }
 
@@ -223,6 +298,7 @@ impl ProcessGroup {
             algos,
             failed: None,
             size,
+            monitored: 0,
         };
         let worker_queue = queue.clone();
         let worker = std::thread::Builder::new()
@@ -305,27 +381,218 @@ impl ProcessGroup {
         Ok(())
     }
 
-    /// In-place all_reduce of `t` with `op`.
-    pub fn all_reduce(&self, t: Tensor, op: ReduceOp, keep: Option<Keepalive>) -> Result<Work> {
-        check_reduce(t.dtype, op)?;
+    /// In-place all_reduce of `t` with `red`.
+    pub fn all_reduce(&self, t: Tensor, red: Reduction, keep: Option<Keepalive>) -> Result<Work> {
+        red.check(t.dtype)?;
         let sig = Signature {
             kind: CollectiveKind::AllReduce,
             dtype: t.dtype,
-            op,
+            op: red.op,
             count: t.numel as u64,
         };
         self.submit(keep, move |eng| {
             let size = eng.size;
-            eng.collective(sig, kernel_op(op), |tr, ctx, algos| {
+            eng.collective(sig, kernel_op(red.op), |tr, ctx, algos| {
                 // SAFETY: the caller keeps `t` alive and untouched until the Work completes.
                 let buf = unsafe { t.buf.as_mut_slice() };
+                red.before(t.dtype, buf)?;
                 algorithms::all_reduce(tr, ctx, buf, algos)?;
-                if op == ReduceOp::Avg {
-                    reduce::scale(t.dtype, buf, 1.0 / size as f64)?;
-                }
-                Ok(())
+                red.after(t.dtype, buf, size)
             })?;
             Ok(None)
+        })
+    }
+
+    /// Reduces every rank's `t` into `t` on `root`; other ranks' tensors are left unchanged.
+    pub fn reduce(
+        &self,
+        t: Tensor,
+        root: usize,
+        red: Reduction,
+        keep: Option<Keepalive>,
+    ) -> Result<Work> {
+        self.check_rank("reduce destination rank", root)?;
+        red.check(t.dtype)?;
+        let sig = Signature {
+            kind: CollectiveKind::Reduce,
+            dtype: t.dtype,
+            op: red.op,
+            count: t.numel as u64,
+        };
+        let rank = self.rank;
+        self.submit(keep, move |eng| {
+            let size = eng.size;
+            eng.collective(sig, kernel_op(red.op), |tr, ctx, algos| {
+                // SAFETY: the caller keeps `t` alive and untouched until the Work completes.
+                let own = unsafe { t.buf.as_mut_slice() };
+                let mut scratch;
+                let buf = if rank == root {
+                    own
+                } else {
+                    scratch = own.to_vec();
+                    &mut scratch[..]
+                };
+                red.before(t.dtype, buf)?;
+                algorithms::all_reduce(tr, ctx, buf, algos)?;
+                red.after(t.dtype, buf, size)
+            })?;
+            Ok(None)
+        })
+    }
+
+    /// One collective step of point-to-point transfers: `sends[i] = (peer, data)` and
+    /// `recvs[j] = (peer, buffer)`, all concurrent; a transfer to this rank itself is a copy
+    /// (the k-th send to self fills the k-th receive from self). Serves gather, scatter,
+    /// all_to_all and gathers of different sizes; `count` is what every rank agrees on (0 when
+    /// sizes legitimately differ: the lengths are still checked message by message).
+    pub fn exchange(
+        &self,
+        kind: CollectiveKind,
+        dtype: DType,
+        count: u64,
+        sends: Vec<(usize, RawBuf)>,
+        recvs: Vec<(usize, RawBuf)>,
+        keep: Option<Keepalive>,
+    ) -> Result<Work> {
+        for &(p, _) in sends.iter().chain(recvs.iter()) {
+            self.check_rank(&format!("{} peer rank", kind.name()), p)?;
+        }
+        let to_self: Vec<RawBuf> = sends
+            .iter()
+            .filter(|(p, _)| *p == self.rank)
+            .map(|(_, b)| *b)
+            .collect();
+        let from_self: Vec<RawBuf> = recvs
+            .iter()
+            .filter(|(p, _)| *p == self.rank)
+            .map(|(_, b)| *b)
+            .collect();
+        if to_self.len() != from_self.len()
+            || to_self
+                .iter()
+                .zip(&from_self)
+                .any(|(a, b)| a.len() != b.len())
+        {
+            return Err(Error::invalid(format!(
+                "{}: the block this rank sends to itself does not fit the block it receives from itself",
+                kind.name()
+            )));
+        }
+        let sig = Signature {
+            kind,
+            dtype,
+            op: ReduceOp::Sum,
+            count,
+        };
+        let rank = self.rank;
+        self.submit(keep, move |eng| {
+            eng.collective(sig, ReduceOp::Sum, |tr, ctx, _| {
+                for (src, dst) in to_self.iter().zip(&from_self) {
+                    // SAFETY: both blocks are alive until the Work completes; ptr::copy allows
+                    // them to overlap.
+                    unsafe {
+                        std::ptr::copy(
+                            src.as_slice().as_ptr(),
+                            dst.as_mut_slice().as_mut_ptr(),
+                            src.len(),
+                        )
+                    };
+                }
+                // SAFETY: the caller keeps every block alive and untouched until completion.
+                let mut ops: Vec<Op<'_>> = sends
+                    .iter()
+                    .filter(|(p, _)| *p != rank)
+                    .map(|(p, b)| Op::Send {
+                        peer: *p,
+                        data: unsafe { b.as_slice() },
+                    })
+                    .chain(recvs.iter().filter(|(p, _)| *p != rank).map(|(p, b)| {
+                        // SAFETY: as above.
+                        Op::Recv {
+                            peer: *p,
+                            buf: unsafe { b.as_mut_slice() },
+                        }
+                    }))
+                    .collect();
+                tr.exchange(ctx, &mut ops)
+            })?;
+            Ok(None)
+        })
+    }
+
+    /// torch's monitored_barrier: rank 0 waits up to `timeout` for every other rank and fails
+    /// naming the first rank that did not arrive (every such rank with `wait_all_ranks`); the
+    /// others wait for rank 0's verdict. A failure here does not break the group.
+    pub fn monitored_barrier(&self, timeout: Duration, wait_all_ranks: bool) -> Result<Work> {
+        let (rank, size) = (self.rank, self.size);
+        self.submit(None, move |eng| {
+            eng.check()?;
+            eng.monitored += 1;
+            // Tags below every user tag, one pair per call, so late arrivals never match.
+            let tag = i64::MIN + 2 * eng.monitored as i64;
+            let deadline = Instant::now() + timeout;
+            let verdict = if rank == 0 {
+                let mut arrived = vec![0u8; size];
+                let peers: Vec<usize> = (1..size).collect();
+                let outcomes = eng.drive_p2p(
+                    peers
+                        .iter()
+                        .map(|&p| P2p::Recv(p, tag, RawBuf::from_mut_slice(&mut arrived[p..p + 1])))
+                        .collect(),
+                    deadline,
+                )?;
+                let missing: Vec<usize> = peers
+                    .iter()
+                    .zip(&outcomes)
+                    .filter(|(_, o)| o.is_err())
+                    .map(|(&p, _)| p)
+                    .collect();
+                let shown: Vec<String> = missing
+                    .iter()
+                    .take(if wait_all_ranks { missing.len() } else { 1 })
+                    .map(|p| p.to_string())
+                    .collect();
+                let verdict = if missing.is_empty() {
+                    Ok(())
+                } else {
+                    Err(Error::backend(format!(
+                        "[Rank 0]: Rank{} {} failed to pass monitoredBarrier in {} ms",
+                        if shown.len() > 1 { "s" } else { "" },
+                        shown.join(", "),
+                        timeout.as_millis()
+                    )))
+                };
+                let mut flag = [u8::from(verdict.is_err())];
+                let arrived_peers: Vec<usize> =
+                    peers.iter().copied().filter(|p| !missing.contains(p)).collect();
+                let sends = arrived_peers
+                    .iter()
+                    .map(|&p| P2p::Send(p, tag + 1, RawBuf::from_mut_slice(&mut flag)))
+                    .collect();
+                eng.drive_p2p(sends, eng.deadline())?;
+                verdict
+            } else {
+                let mut token = [1u8];
+                let mut flag = [0u8];
+                let arrive = vec![P2p::Send(0, tag, RawBuf::from_mut_slice(&mut token))];
+                let sent = eng.drive_p2p(arrive, deadline)?;
+                // Rank 0 decides only once its own wait is over: allow the group's timeout.
+                let verdict = vec![P2p::Recv(0, tag + 1, RawBuf::from_mut_slice(&mut flag))];
+                let mut outcomes = eng.drive_p2p(verdict, deadline.max(eng.deadline()))?;
+                outcomes.splice(0..0, sent);
+                match (&outcomes[1], flag[0]) {
+                    (Ok(_), 0) => Ok(()),
+                    (Ok(_), _) => Err(Error::backend(format!(
+                        "[Rank {rank}]: monitored_barrier failed on rank 0: another rank did not arrive in {} ms",
+                        timeout.as_millis()
+                    ))),
+                    (Err(_), _) => Err(Error::backend(format!(
+                        "[Rank {rank}]: rank 0 did not complete monitored_barrier in {} ms",
+                        timeout.as_millis()
+                    ))),
+                }
+            };
+            verdict.map(|()| None)
         })
     }
 
@@ -411,10 +678,10 @@ impl ProcessGroup {
         &self,
         input: Tensor,
         output: Tensor,
-        op: ReduceOp,
+        red: Reduction,
         keep: Option<Keepalive>,
     ) -> Result<Work> {
-        check_reduce(input.dtype, op)?;
+        red.check(input.dtype)?;
         if input.dtype != output.dtype {
             return Err(Error::invalid(format!(
                 "reduce_scatter input is {} but output is {}",
@@ -431,20 +698,18 @@ impl ProcessGroup {
         let sig = Signature {
             kind: CollectiveKind::ReduceScatter,
             dtype: input.dtype,
-            op,
+            op: red.op,
             count: output.numel as u64,
         };
         self.submit(keep, move |eng| {
             let size = eng.size;
-            eng.collective(sig, kernel_op(op), |tr, ctx, algos| {
+            eng.collective(sig, kernel_op(red.op), |tr, ctx, algos| {
                 // SAFETY: the caller keeps both tensors alive and untouched until completion.
                 let (src, out) = unsafe { (input.buf.as_slice(), output.buf.as_mut_slice()) };
                 let mut work = src.to_vec();
+                red.before(input.dtype, &mut work)?;
                 algorithms::reduce_scatter(tr, ctx, &mut work, out.len(), out, algos)?;
-                if op == ReduceOp::Avg {
-                    reduce::scale(output.dtype, out, 1.0 / size as f64)?;
-                }
-                Ok(())
+                red.after(output.dtype, out, size)
             })?;
             Ok(None)
         })
@@ -501,9 +766,6 @@ impl ProcessGroup {
     /// Sends `t` to `dst` with `tag`; the Work completes once the bytes are handed over.
     pub fn send(&self, t: Tensor, dst: usize, tag: i64, keep: Option<Keepalive>) -> Result<Work> {
         self.check_rank("send destination rank", dst)?;
-        if dst == self.rank {
-            return Err(Error::invalid(format!("rank {dst} cannot send to itself")));
-        }
         self.submit_p2p(keep, move |eng, deadline, done| {
             eng.transport.post_send(dst, tag, t.buf, deadline, done)
         })
@@ -520,11 +782,6 @@ impl ProcessGroup {
     ) -> Result<Work> {
         if let Some(s) = src {
             self.check_rank("recv source rank", s)?;
-            if s == self.rank {
-                return Err(Error::invalid(format!(
-                    "rank {s} cannot receive from itself"
-                )));
-            }
         }
         self.submit_p2p(keep, move |eng, deadline, done| {
             eng.transport.post_recv(src, tag, t.buf, deadline, done)

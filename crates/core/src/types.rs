@@ -186,6 +186,14 @@ impl CollectiveKind {
         }
     }
 
+    /// The kind with torch name `name` (as [`CollectiveKind::name`] spells it).
+    pub fn from_name(name: &str) -> Result<Self> {
+        CollectiveKind::ALL
+            .into_iter()
+            .find(|k| k.name() == name)
+            .ok_or_else(|| Error::invalid(format!("unknown collective {name:?}")))
+    }
+
     pub fn from_code(code: u8) -> Result<Self> {
         CollectiveKind::ALL
             .get(code as usize)

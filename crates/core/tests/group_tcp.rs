@@ -3,9 +3,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rustdist_core::group::Reduction;
 use rustdist_core::store::{HashStore, Store};
 use rustdist_core::tensor::{RawBuf, Tensor};
-use rustdist_core::{DType, Error, ProcessGroup, ReduceOp};
+use rustdist_core::{CollectiveKind, DType, Error, ProcessGroup, ReduceOp};
 
 fn f32_tensor(v: &mut [f32]) -> Tensor {
     // SAFETY: the vector outlives the Work in every test (each waits before returning).
@@ -41,7 +42,7 @@ fn all_reduce_sizes_and_worlds() {
             let rank = pg.rank();
             for numel in [0usize, 1, 3, 7, 1000, 100_003] {
                 let mut v: Vec<f32> = (0..numel).map(|i| (i % 13) as f32 + rank as f32).collect();
-                pg.all_reduce(f32_tensor(&mut v), ReduceOp::Sum, None)
+                pg.all_reduce(f32_tensor(&mut v), sum(), None)
                     .unwrap()
                     .wait(None)
                     .unwrap();
@@ -82,15 +83,10 @@ fn broadcast_gather_scatter_barrier_p2p() {
             }
             let mut rs_in: Vec<f32> = (0..3 * n).map(|i| i as f32).collect();
             let mut rs_out = vec![0f32; 3];
-            pg.reduce_scatter(
-                f32_tensor(&mut rs_in),
-                f32_tensor(&mut rs_out),
-                ReduceOp::Sum,
-                None,
-            )
-            .unwrap()
-            .wait(None)
-            .unwrap();
+            pg.reduce_scatter(f32_tensor(&mut rs_in), f32_tensor(&mut rs_out), sum(), None)
+                .unwrap()
+                .wait(None)
+                .unwrap();
             let expect: Vec<f32> = (0..3).map(|i| ((rank * 3 + i) * n) as f32).collect();
             assert_eq!(rs_out, expect);
             pg.barrier().unwrap().wait(None).unwrap();
@@ -110,6 +106,10 @@ fn broadcast_gather_scatter_barrier_p2p() {
     }
 }
 
+fn sum() -> Reduction {
+    Reduction::new(ReduceOp::Sum, None).unwrap()
+}
+
 fn bytemuck_f32(c: &mut [f32]) -> &mut [u8] {
     // SAFETY: f32 has no invalid bit patterns; the byte view covers exactly the same memory.
     unsafe { std::slice::from_raw_parts_mut(c.as_mut_ptr() as *mut u8, c.len() * 4) }
@@ -121,7 +121,7 @@ fn size_mismatch_fails_every_rank() {
         let numel = if pg.rank() == 2 { 20 } else { 10 };
         let mut v = vec![1f32; numel];
         let err = pg
-            .all_reduce(f32_tensor(&mut v), ReduceOp::Sum, None)
+            .all_reduce(f32_tensor(&mut v), sum(), None)
             .unwrap()
             .wait(None)
             .unwrap_err();
@@ -142,16 +142,21 @@ fn dead_peer_is_reported_by_every_survivor() {
             std::thread::spawn(move || {
                 let pg =
                     ProcessGroup::new(store, rank, n, "dead", Duration::from_secs(30)).unwrap();
-                pg.barrier().unwrap().wait(None).unwrap();
+                // Rank 1 may leave the barrier and abort before a slower peer has finished
+                // it, so survivors may already fail here; either way they must name rank 1.
+                let entered = pg.barrier().unwrap().wait(None);
                 if rank == 1 {
                     // Dropping the group without shutdown is a crash as far as peers can tell.
                     pg.abort();
                     return None;
                 }
+                if let Err(e) = entered {
+                    assert!(e.to_string().contains("rank 1"), "{e}");
+                }
                 let start = Instant::now();
                 let mut v = vec![1f32; 4];
                 let res = pg
-                    .all_reduce(f32_tensor(&mut v), ReduceOp::Sum, None)
+                    .all_reduce(f32_tensor(&mut v), sum(), None)
                     .unwrap()
                     .wait(None);
                 Some((res, start.elapsed()))
@@ -180,9 +185,7 @@ fn posted_receives_never_block_later_operations() {
                 .recv(f32_tensor(&mut inbox), Some(from), 3, None)
                 .unwrap();
             let mut total = vec![1f32; 8];
-            let ar = pg
-                .all_reduce(f32_tensor(&mut total), ReduceOp::Sum, None)
-                .unwrap();
+            let ar = pg.all_reduce(f32_tensor(&mut total), sum(), None).unwrap();
             let mut outbox = vec![rank as f32; 100_000];
             let send = pg.send(f32_tensor(&mut outbox), peer, 3, None).unwrap();
             ar.wait(None).unwrap();
@@ -218,6 +221,138 @@ fn tags_are_matched_not_arrival_order() {
                 .unwrap();
             assert_eq!((a[0], b[0]), (1.0, 2.0));
         }
+        pg.barrier().unwrap().wait(None).unwrap();
+    });
+}
+
+#[test]
+fn reduce_avg_premul_and_self_messages() {
+    for n in 1..=4 {
+        run_world(n, &format!("red{n}"), move |pg| {
+            let rank = pg.rank();
+            for root in 0..n {
+                let mut v = vec![rank as f32 + 1.0; 9];
+                pg.reduce(f32_tensor(&mut v), root, sum(), None)
+                    .unwrap()
+                    .wait(None)
+                    .unwrap();
+                let want = if rank == root {
+                    (n * (n + 1) / 2) as f32
+                } else {
+                    rank as f32 + 1.0
+                };
+                assert!(v.iter().all(|&x| x == want), "root {root}: {v:?}");
+            }
+            let mut v = vec![rank as f32 * 2.0; 5];
+            let avg = Reduction::new(ReduceOp::Avg, None).unwrap();
+            pg.all_reduce(f32_tensor(&mut v), avg, None)
+                .unwrap()
+                .wait(None)
+                .unwrap();
+            assert!(v.iter().all(|&x| x == (n - 1) as f32), "{v:?}");
+            let mut v = vec![1f32; 5];
+            let premul = Reduction::new(ReduceOp::PremulSum, Some(0.5)).unwrap();
+            pg.all_reduce(f32_tensor(&mut v), premul, None)
+                .unwrap()
+                .wait(None)
+                .unwrap();
+            assert!(v.iter().all(|&x| x == n as f32 * 0.5), "{v:?}");
+            let mut out = vec![0f32; 3];
+            let mut inp = vec![7f32; 3];
+            let s = pg.send(f32_tensor(&mut inp), rank, 9, None).unwrap();
+            let r = pg.recv(f32_tensor(&mut out), Some(rank), 9, None).unwrap();
+            s.wait(None).unwrap();
+            r.wait(None).unwrap();
+            assert_eq!(out, vec![7f32; 3]);
+        });
+    }
+}
+
+#[test]
+fn exchange_serves_gather_and_uneven_all_to_all() {
+    for n in 1..=4 {
+        run_world(n, &format!("x{n}"), move |pg| {
+            let rank = pg.rank();
+            // all_to_all with rank r sending (r + p + 1) elements of value 10r+p to rank p.
+            let mut outgoing: Vec<Vec<f32>> = (0..n)
+                .map(|p| vec![(10 * rank + p) as f32; rank + p + 1])
+                .collect();
+            let mut incoming: Vec<Vec<f32>> = (0..n).map(|p| vec![0f32; p + rank + 1]).collect();
+            let sends = outgoing
+                .iter_mut()
+                .enumerate()
+                .map(|(p, b)| (p, f32_tensor(b).buf))
+                .collect();
+            let recvs = incoming
+                .iter_mut()
+                .enumerate()
+                .map(|(p, b)| (p, f32_tensor(b).buf))
+                .collect();
+            pg.exchange(CollectiveKind::AllToAll, DType::F32, 0, sends, recvs, None)
+                .unwrap()
+                .wait(None)
+                .unwrap();
+            for (p, b) in incoming.iter().enumerate() {
+                assert!(
+                    b.iter().all(|&x| x == (10 * p + rank) as f32),
+                    "from {p}: {b:?}"
+                );
+            }
+        });
+    }
+}
+
+#[test]
+fn exchange_length_mismatch_fails_every_rank() {
+    for n in 2..=4 {
+        run_world(n, &format!("xm{n}"), move |pg| {
+            let rank = pg.rank();
+            // A mismatched length is caught, not silently truncated.
+            {
+                let peer = (rank + 1) % n;
+                let from = (rank + n - 1) % n;
+                let mut a = vec![0f32; 4 + rank];
+                let mut b = vec![0f32; 4 + rank];
+                let sends = vec![(peer, f32_tensor(&mut a).buf)];
+                let recvs = vec![(from, f32_tensor(&mut b).buf)];
+                let err = pg
+                    .exchange(CollectiveKind::AllToAll, DType::F32, 0, sends, recvs, None)
+                    .unwrap()
+                    .wait(None)
+                    .unwrap_err();
+                assert!(err.to_string().contains("bytes"), "{err}");
+            }
+        });
+    }
+}
+
+#[test]
+fn monitored_barrier_names_the_missing_rank() {
+    run_world(3, "mon", |pg| {
+        pg.monitored_barrier(Duration::from_secs(5), false)
+            .unwrap()
+            .wait(None)
+            .unwrap();
+        if pg.rank() == 2 {
+            // Rank 2 skips the second barrier; the others hear about it.
+            pg.barrier().unwrap().wait(None).unwrap();
+            return;
+        }
+        let err = pg
+            .monitored_barrier(Duration::from_millis(300), true)
+            .unwrap()
+            .wait(None)
+            .unwrap_err();
+        if pg.rank() == 0 {
+            assert!(
+                err.to_string()
+                    .contains("Rank 2 failed to pass monitoredBarrier"),
+                "{err}"
+            );
+        } else {
+            assert!(err.to_string().contains("failed on rank 0"), "{err}");
+        }
+        // The group still works afterwards.
         pg.barrier().unwrap().wait(None).unwrap();
     });
 }

@@ -5,9 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pyo3::prelude::*;
+use rustdist_core::group::Reduction;
 use rustdist_core::tensor::{RawBuf, Tensor};
 use rustdist_core::work::Keepalive;
-use rustdist_core::{DType, ProcessGroup, ReduceOp};
+use rustdist_core::{CollectiveKind, DType, ProcessGroup, ReduceOp};
 
 use crate::error::{CoreResult, PyDistError};
 use crate::store::store_from_py;
@@ -68,6 +69,7 @@ impl PyProcessGroup {
         self.pg.timeout().as_secs_f64()
     }
 
+    #[pyo3(signature = (ptr, numel, dtype, op, keep, premul = None))]
     fn all_reduce(
         &self,
         ptr: usize,
@@ -75,10 +77,59 @@ impl PyProcessGroup {
         dtype: u8,
         op: u8,
         keep: Py<PyAny>,
+        premul: Option<f64>,
     ) -> CoreResult<PyWork> {
         let t = tensor(ptr, numel, dtype)?;
-        let op = ReduceOp::from_code(op)?;
-        Ok(self.pg.all_reduce(t, op, keepalive(keep))?.into())
+        let red = Reduction::new(ReduceOp::from_code(op)?, premul)?;
+        Ok(self.pg.all_reduce(t, red, keepalive(keep))?.into())
+    }
+
+    #[pyo3(signature = (ptr, numel, dtype, op, root, keep, premul = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn reduce(
+        &self,
+        ptr: usize,
+        numel: usize,
+        dtype: u8,
+        op: u8,
+        root: usize,
+        keep: Py<PyAny>,
+        premul: Option<f64>,
+    ) -> CoreResult<PyWork> {
+        let t = tensor(ptr, numel, dtype)?;
+        let red = Reduction::new(ReduceOp::from_code(op)?, premul)?;
+        Ok(self.pg.reduce(t, root, red, keepalive(keep))?.into())
+    }
+
+    /// One step of concurrent transfers: `sends`/`recvs` are (peer, data pointer, numel);
+    /// `kind` is the collective's torch name, `count` what all ranks agree on (or 0).
+    fn exchange(
+        &self,
+        kind: &str,
+        dtype: u8,
+        count: u64,
+        sends: Vec<(usize, usize, usize)>,
+        recvs: Vec<(usize, usize, usize)>,
+        keep: Py<PyAny>,
+    ) -> CoreResult<PyWork> {
+        let kind = CollectiveKind::from_name(kind)?;
+        let blocks = |list: Vec<(usize, usize, usize)>| -> CoreResult<Vec<(usize, RawBuf)>> {
+            list.into_iter()
+                .map(|(peer, ptr, numel)| Ok((peer, tensor(ptr, numel, dtype)?.buf)))
+                .collect()
+        };
+        let (sends, recvs) = (blocks(sends)?, blocks(recvs)?);
+        let dtype = DType::from_code(dtype)?;
+        Ok(self
+            .pg
+            .exchange(kind, dtype, count, sends, recvs, keepalive(keep))?
+            .into())
+    }
+
+    /// torch's monitored_barrier (timeout in seconds).
+    fn monitored_barrier(&self, timeout: f64, wait_all_ranks: bool) -> CoreResult<PyWork> {
+        let timeout = Duration::from_secs_f64(timeout);
+        Ok(self.pg.monitored_barrier(timeout, wait_all_ranks)?.into())
     }
 
     fn broadcast(
@@ -109,6 +160,8 @@ impl PyProcessGroup {
         Ok(self.pg.all_gather(input, outputs, keepalive(keep))?.into())
     }
 
+    #[pyo3(signature = (in_ptr, out_ptr, numel, dtype, op, keep, premul = None))]
+    #[allow(clippy::too_many_arguments)]
     fn reduce_scatter(
         &self,
         in_ptr: usize,
@@ -117,13 +170,14 @@ impl PyProcessGroup {
         dtype: u8,
         op: u8,
         keep: Py<PyAny>,
+        premul: Option<f64>,
     ) -> CoreResult<PyWork> {
         let input = tensor(in_ptr, numel * self.pg.size(), dtype)?;
         let output = tensor(out_ptr, numel, dtype)?;
-        let op = ReduceOp::from_code(op)?;
+        let red = Reduction::new(ReduceOp::from_code(op)?, premul)?;
         Ok(self
             .pg
-            .reduce_scatter(input, output, op, keepalive(keep))?
+            .reduce_scatter(input, output, red, keepalive(keep))?
             .into())
     }
 

@@ -177,6 +177,8 @@ pub struct MeshTransport {
     recv_steps: Vec<u32>,
     posted: Vec<PostedRecv>,
     next_id: u64,
+    /// Tagged messages this rank sent to itself, waiting for a matching receive.
+    own_tagged: VecDeque<Frame>,
     failed: Option<Error>,
     /// Shared memory with the peers on this host; after `peers`, so the pipes go first.
     host: Option<ShmHost>,
@@ -222,6 +224,7 @@ impl MeshTransport {
             recv_steps: vec![0; size],
             posted: Vec::new(),
             next_id: 0,
+            own_tagged: VecDeque::new(),
             failed: None,
             host,
         })
@@ -361,7 +364,10 @@ impl MeshTransport {
                 let Some(peer) = self.peers[p].as_mut() else {
                     continue;
                 };
-                if peer.link.shm.is_some() && !peer.closed && !peer.link.alive() {
+                // Unread bytes (perhaps a goodbye) come first; the socket's EOF is only news
+                // once the pipe is drained.
+                let drained = peer.link.shm.as_ref().is_some_and(|pipe| !pipe.has_data());
+                if drained && !peer.closed && !peer.link.alive() {
                     peer.closed = true;
                     if !peer.left {
                         let rank = self.rank;
@@ -865,16 +871,18 @@ impl MeshTransport {
         let (src, tag) = (self.posted[pos].src, self.posted[pos].tag);
         let candidates: Vec<usize> = match src {
             Some(s) => vec![s],
-            None => (0..self.size).filter(|&p| p != self.rank).collect(),
+            None => (0..self.size).collect(),
         };
         for p in candidates {
-            let Some(peer) = self.peers[p].as_mut() else {
+            let stash = match self.peers[p].as_mut() {
+                Some(peer) => &mut peer.tagged,
+                None if p == self.rank => &mut self.own_tagged,
+                None => continue,
+            };
+            let Some(at) = stash.iter().position(|f| f.hdr.seq == tag) else {
                 continue;
             };
-            let Some(at) = peer.tagged.iter().position(|f| f.hdr.seq == tag) else {
-                continue;
-            };
-            let Some(frame) = peer.tagged.remove(at) else {
+            let Some(frame) = stash.remove(at) else {
                 continue;
             };
             let r = &mut self.posted[pos];
@@ -989,10 +997,12 @@ impl Transport for MeshTransport {
     }
 
     fn post_send(&mut self, peer: usize, tag: i64, data: RawBuf, deadline: Instant, done: P2pDone) {
-        if let Err(e) = self
-            .check_failed()
-            .and_then(|_| self.peer(peer).map(|_| ()))
-        {
+        let valid = if peer == self.rank {
+            Ok(())
+        } else {
+            self.peer(peer).map(|_| ())
+        };
+        if let Err(e) = self.check_failed().and(valid) {
             return done(Err(e));
         }
         let header = Header {
@@ -1007,6 +1017,25 @@ impl Transport for MeshTransport {
             len: data.len() as u64,
         }
         .encode();
+        if peer == self.rank {
+            // To itself: a copy waits in the own stash, so the send completes at once.
+            let Ok(hdr) = Header::decode(&header, peer) else {
+                return done(Err(Error::Runtime("bad frame header".into())));
+            };
+            // SAFETY: the caller keeps `data` alive until `done` runs, which is right here.
+            let payload = unsafe { data.as_slice() }.to_vec();
+            self.own_tagged.push_back(Frame { hdr, payload });
+            done(Ok(peer));
+            let waiting = self
+                .posted
+                .iter()
+                .find(|r| r.tag == hdr.seq && r.from.is_none() && r.src.is_none_or(|s| s == peer))
+                .map(|r| r.id);
+            if let Some(id) = waiting {
+                self.match_posted_from_stash(id);
+            }
+            return;
+        }
         let frame = OutFrame {
             header,
             data,
@@ -1028,8 +1057,8 @@ impl Transport for MeshTransport {
         done: P2pDone,
     ) {
         let valid = match src {
-            Some(s) => self.peer(s).map(|_| ()),
-            None => Ok(()),
+            Some(s) if s != self.rank => self.peer(s).map(|_| ()),
+            _ => Ok(()),
         };
         if let Err(e) = self.check_failed().and(valid) {
             return done(Err(e));
