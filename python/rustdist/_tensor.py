@@ -1,0 +1,73 @@
+"""Torch tensors and numpy arrays as zero-copy ``(data pointer, element count, dtype code)``
+buffers for ``_core`` (dtype codes as in ``_core.pyi``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+try:  # torch is optional: rustdist works on numpy arrays without it.
+    import torch
+except ImportError:
+    torch = None  # type: ignore[assignment]
+
+# A buffer as _core takes it: (data pointer, element count, dtype code).
+Buf = tuple[int, int, int]
+
+_NAMES = ("float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64",
+          "uint8", "bool", "complex64", "complex128")
+COMPLEX_CODES = frozenset((10, 11))
+ITEMSIZE = (4, 8, 2, 2, 1, 2, 4, 8, 1, 1, 8, 16)  # bytes per element, by dtype code
+
+_NP_CODES: dict[Any, int] = {np.dtype(n): c for c, n in enumerate(_NAMES) if n != "bfloat16"}
+_ndarray = np.ndarray
+
+_Tensor: Any = None
+_TORCH_CODES: dict[Any, int] = {}
+_STRIDED: Any = None
+if torch is not None:
+    _Tensor = torch.Tensor
+    _TORCH_CODES = {getattr(torch, n): c for c, n in enumerate(_NAMES)}
+    _STRIDED = torch.strided
+
+
+def buffer(x: Any, name: str, out: bool = False) -> Buf:
+    """The buffer of ``x``, a contiguous CPU tensor or array of a supported dtype; ``out``
+    when the op writes into it. Raises what torch raises otherwise, naming ``name``."""
+    if x.__class__ is _Tensor:  # the hot path: a plain tensor
+        code = _TORCH_CODES.get(x.dtype)
+        if code is not None and x.is_cpu and x.is_contiguous():
+            return x.data_ptr(), x.numel(), code
+    if _Tensor is not None and isinstance(x, _Tensor):
+        if not x.is_cpu:
+            if x.is_cuda:
+                raise RuntimeError(
+                    "rustdist does not support CUDA tensors yet (the CUDA path is not built); "
+                    f"move `{name}` to the CPU with .cpu()"
+                )
+            raise RuntimeError(f"rustdist only supports CPU tensors, `{name}` is on {x.device}")
+        if x.layout is not _STRIDED:
+            raise RuntimeError(f"rustdist only supports dense tensors, `{name}` is {x.layout}")
+        code = _TORCH_CODES.get(x.dtype)
+        if code is None:
+            raise RuntimeError(f"Invalid scalar type: rustdist does not support {x.dtype}")
+        if not x.is_contiguous():
+            raise RuntimeError(f"`{name}` has to be contiguous")
+        return x.data_ptr(), x.numel(), code
+    if isinstance(x, _ndarray):
+        code = _NP_CODES.get(x.dtype)
+        if code is None:
+            raise RuntimeError(f"Invalid scalar type: rustdist does not support {x.dtype}")
+        if not x.flags.c_contiguous:
+            raise RuntimeError(f"`{name}` has to be contiguous")
+        if out and not x.flags.writeable:
+            raise ValueError(f"`{name}` is a read-only array; the collective writes into it")
+        return x.ctypes.data, x.size, code
+    raise TypeError(
+        f"Invalid function argument. Expected parameter `{name}` of type torch.Tensor "
+        f"or numpy.ndarray but got {type(x)} instead."
+    )
+
+
+__all__ = ["Buf", "COMPLEX_CODES", "ITEMSIZE", "buffer"]

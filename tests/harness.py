@@ -1,0 +1,322 @@
+"""Multi-process test harness: long-lived rank processes that run test cases on request.
+
+Starting a rank that imports torch costs seconds, so ranks are forked from a forkserver that
+has torch (and rustdist) preloaded, and a world of ranks is started once and reused: the driver
+(pytest) sends a case name and parameters to every rank over a pipe, each rank runs
+``dist_cases.case_<name>(dist, rank, world, **params)`` and answers ``ok`` (with the case's
+return value) or the formatted exception. On a failure, a timeout or a dead rank the driver
+fails the test with every rank's answer and the tail of its output, and kills the world; the
+next test that needs it starts a fresh one.
+
+``RUSTDIST_TEST_DIST=torch`` runs the same cases against ``torch.distributed`` with backend
+gloo, which validates the tests themselves; the default is ``rustdist``.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.connection
+import os
+import socket
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import pytest
+
+MODE: str = os.environ.get("RUSTDIST_TEST_DIST", "rustdist")
+if MODE not in ("rustdist", "torch"):
+    raise ValueError(f"RUSTDIST_TEST_DIST must be 'rustdist' or 'torch', not {MODE!r}")
+IS_TORCH: bool = MODE == "torch"
+#: Backend name passed to init_process_group (and expected back from get_backend).
+BACKEND: str = os.environ.get("RUSTDIST_TEST_BACKEND", "gloo" if IS_TORCH else "rustdist")
+#: How long the driver waits for every rank to answer one case.
+CASE_TIMEOUT: float = float(os.environ.get("RUSTDIST_TEST_CASE_TIMEOUT", "60"))
+#: Process-group timeout of the shared worlds: a hung collective errors out after this.
+PG_TIMEOUT: float = 30.0
+
+rustdist_only = pytest.mark.skipif(IS_TORCH, reason="rustdist-only")
+
+
+def skip_if_torch(reason: str) -> pytest.MarkDecorator:
+    """Marks a test that torch's gloo backend cannot run; the reason shows in the skip."""
+    return pytest.mark.skipif(IS_TORCH, reason=f"rustdist-only: {reason}")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# Worker side
+
+
+@dataclass
+class WorkerContext:
+    """What a case can see besides (dist, rank, world): the mode, a channel to the driver, and
+    state kept between the phases of a multi-phase case."""
+
+    mode: str = MODE
+    backend: str = BACKEND
+    rank: int = -1
+    world: int = 0
+    pg_timeout: float = PG_TIMEOUT
+    state: dict[str, Any] = field(default_factory=dict)
+    conn: Any = None
+
+    def notify(self, value: Any) -> None:
+        """Sends a note to the driver while the case keeps running (see World.wait_notes)."""
+        self.conn.send(("note", value))
+
+
+ctx = WorkerContext()
+
+
+def import_dist() -> Any:
+    """The module under test: rustdist, or torch.distributed in torch mode."""
+    if IS_TORCH:
+        import torch.distributed as dist
+    else:
+        import rustdist as dist
+    return dist
+
+
+def init_env(dist: Any, rank: int, world: int, timeout: float) -> None:
+    """init_process_group over env:// (MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE are set)."""
+    from datetime import timedelta
+
+    dist.init_process_group(
+        backend=BACKEND,
+        init_method="env://",
+        rank=rank,
+        world_size=world,
+        timeout=timedelta(seconds=timeout),
+    )
+
+
+def _worker_main(conn: Any, rank: int, world: int, port: int, log_path: str, init: bool,
+                 pg_timeout: float) -> None:
+    """Entry point of one rank process: redirect output, init, then serve cases until EOF."""
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    os.close(log_fd)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(world), OMP_NUM_THREADS="1")
+    ctx.rank, ctx.world, ctx.conn, ctx.pg_timeout = rank, world, conn, pg_timeout
+    try:
+        import torch
+
+        torch.set_num_threads(1)
+        dist = import_dist()
+        import dist_cases
+
+        if init:
+            init_env(dist, rank, world, pg_timeout)
+        conn.send(("ok", None))
+    except BaseException:  # noqa: BLE001 - everything goes back to the driver
+        conn.send(("error", traceback.format_exc()))
+        return
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return
+        if msg is None:
+            return
+        name, params = msg
+        try:
+            fn = getattr(dist_cases, f"case_{name}")
+            result = fn(dist, rank, world, **params)
+            conn.send(("ok", result))
+        except BaseException:  # noqa: BLE001 - everything goes back to the driver
+            conn.send(("error", traceback.format_exc()))
+
+
+# ---------------------------------------------------------------------------------------------
+# Driver side
+
+_mp: Optional[Any] = None
+
+
+def _context() -> Any:
+    """The forkserver context; its server preloads torch (and rustdist) once per session."""
+    global _mp
+    if _mp is None:
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+        _mp = multiprocessing.get_context("forkserver")
+        preload = ["torch", "torch.distributed", "numpy", "dist_cases"]
+        if not IS_TORCH:
+            preload.append("rustdist")
+        _mp.set_forkserver_preload(preload)
+    return _mp
+
+
+class World:
+    """``size`` rank processes on 127.0.0.1 serving cases. With ``init`` every rank has called
+    init_process_group over env:// before the first case."""
+
+    def __init__(self, size: int, init: bool = True, pg_timeout: float = PG_TIMEOUT,
+                 log_dir: Optional[str] = None) -> None:
+        self.size = size
+        self.init = init
+        self.pg_timeout = pg_timeout
+        self.log_dir = log_dir or tempfile.mkdtemp(prefix="rustdist-tests-")
+        self.procs: list[Any] = []
+        self.conns: list[Any] = []
+        self.logs: list[str] = []
+        self.port = 0
+        self.generation = 0
+        # Ranks whose answer is outstanding; a test interrupted then (pytest-timeout) leaves
+        # some, and the world is restarted rather than reused with stale answers in the pipes.
+        self.outstanding: set[int] = set()
+
+    @property
+    def alive(self) -> bool:
+        return bool(self.procs)
+
+    def start(self) -> None:
+        """Starts the ranks and waits until each one is ready (and initialised)."""
+        mp = _context()
+        self.generation += 1
+        self.port = free_port()
+        self.procs, self.conns, self.logs = [], [], []
+        for rank in range(self.size):
+            parent, child = mp.Pipe()
+            log = os.path.join(self.log_dir, f"w{self.size}-g{self.generation}-r{rank}.log")
+            p = mp.Process(target=_worker_main, name=f"rank{rank}", daemon=True,
+                           args=(child, rank, self.size, self.port, log, self.init,
+                                 self.pg_timeout))
+            p.start()
+            child.close()
+            self.procs.append(p)
+            self.conns.append(parent)
+            self.logs.append(log)
+        self._collect(list(range(self.size)), CASE_TIMEOUT, "startup")
+
+    def ensure(self) -> "World":
+        if self.outstanding:
+            self.kill()
+        if not self.alive:
+            self.start()
+        return self
+
+    def close(self) -> None:
+        """Stops every rank (politely, then by force)."""
+        for c in self.conns:
+            try:
+                c.send(None)
+            except (OSError, ValueError):
+                pass
+        deadline = time.monotonic() + 3
+        for p in self.procs:
+            p.join(max(0.0, deadline - time.monotonic()))
+        self.kill()
+
+    def kill(self) -> None:
+        for p in self.procs:
+            if p.is_alive():
+                p.kill()
+        for p in self.procs:
+            p.join(5)
+        for c in self.conns:
+            c.close()
+        self.procs, self.conns = [], []
+        self.outstanding = set()
+
+    # -- running cases --------------------------------------------------------------------
+
+    def submit(self, name: str, ranks: Optional[list[int]] = None,
+               per_rank: Optional[dict[int, dict[str, Any]]] = None, **params: Any) -> list[int]:
+        """Sends case `name` to `ranks` (default all); `per_rank[r]` overrides params of rank r."""
+        self.ensure()
+        ranks = list(range(self.size)) if ranks is None else ranks
+        self.outstanding.update(ranks)
+        for r in ranks:
+            p = dict(params)
+            if per_rank and r in per_rank:
+                p.update(per_rank[r])
+            self.conns[r].send((name, p))
+        return ranks
+
+    def collect(self, ranks: list[int], name: str, timeout: float = CASE_TIMEOUT) -> list[Any]:
+        """Waits for the answers of `ranks` to case `name`; returns their values in order."""
+        return self._collect(ranks, timeout, name)
+
+    def run(self, name: str, ranks: Optional[list[int]] = None, timeout: float = CASE_TIMEOUT,
+            per_rank: Optional[dict[int, dict[str, Any]]] = None, **params: Any) -> list[Any]:
+        """Runs case `name` on `ranks` (default all) and returns each rank's return value."""
+        ranks = self.submit(name, ranks, per_rank, **params)
+        return self._collect(ranks, timeout, name)
+
+    def wait_notes(self, ranks: list[int], name: str, timeout: float = CASE_TIMEOUT) -> list[Any]:
+        """Waits for one WorkerContext.notify() value from each of `ranks`."""
+        return self._collect(ranks, timeout, name, kind="note")
+
+    def exit_rank(self, rank: int, timeout: float = 10.0) -> None:
+        """Makes `rank` call os._exit(1) and waits until the process is gone."""
+        self.conns[rank].send(("exit", {}))
+        self.procs[rank].join(timeout)
+        if self.procs[rank].is_alive():
+            self._fail(f"rank {rank} did not exit", {})
+
+    def _collect(self, ranks: list[int], timeout: float, name: str,
+                 kind: str = "ok") -> list[Any]:
+        answers: dict[int, tuple[str, Any]] = {}
+        deadline = time.monotonic() + timeout
+        pending = set(ranks)
+        while pending:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            waitables = [self.conns[r] for r in pending] + [self.procs[r].sentinel for r in pending]
+            for obj in multiprocessing.connection.wait(waitables, left):
+                for r in list(pending):
+                    if obj is self.conns[r]:
+                        try:
+                            answers[r] = self.conns[r].recv()
+                        except (EOFError, OSError):
+                            self.procs[r].join(1)
+                            answers[r] = ("died", f"exit code {self.procs[r].exitcode}")
+                        pending.discard(r)
+                    elif obj == self.procs[r].sentinel and not self.conns[r].poll():
+                        self.procs[r].join(1)
+                        answers[r] = ("died", f"exit code {self.procs[r].exitcode}")
+                        pending.discard(r)
+        for r in pending:
+            answers[r] = ("timeout", f"no answer within {timeout:.0f} s")
+        if any(status != kind for status, _ in answers.values()):
+            self._fail(f"case {name!r} failed on world {self.size}", answers)
+        if kind == "ok":
+            self.outstanding.difference_update(ranks)
+        return [answers[r][1] for r in ranks]
+
+    def _fail(self, what: str, answers: dict[int, tuple[str, Any]]) -> None:
+        lines = [what]
+        for r in sorted(answers):
+            status, value = answers[r]
+            if status in ("ok", "note"):
+                lines.append(f"--- rank {r}: {status}")
+            else:
+                lines.append(f"--- rank {r}: {status}\n{value}")
+        self.kill()
+        for r, log in enumerate(self.logs):
+            tail = _tail(log)
+            if tail:
+                lines.append(f"--- rank {r} output (tail):\n{tail}")
+        pytest.fail("\n".join(lines), pytrace=False)
+
+
+def _tail(path: str, limit: int = 3000) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - limit))
+            return f.read().decode(errors="replace").strip()
+    except OSError:
+        return ""

@@ -1,0 +1,113 @@
+"""Every collective x dtype x ReduceOp at world sizes 1-4, checked element by element.
+
+Each test runs one case in the shared world of that size; the case loops over tensor shapes
+(0, 1, 7, 1001 elements, (2, 3), 300_000 elements) and checks every rank's result exactly.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pytest
+
+from dist_cases import DTYPES, FLOAT_DTYPES
+from harness import IS_TORCH, World, skip_if_torch
+
+pytestmark = pytest.mark.timeout(150)
+
+WORLDS = [1, 2, 3, 4]
+OPS = ["SUM", "PRODUCT", "MIN", "MAX"]
+GLOO_NO_INT16 = "gloo has no int16 collectives (it raises 'Invalid scalar type')"
+
+
+def dtype_params(dtypes: list[str] = list(DTYPES)) -> list[Any]:
+    """Dtype parameters; int16 is rustdist-only because gloo cannot reduce/gather it."""
+    return [pytest.param(d, marks=skip_if_torch(GLOO_NO_INT16)) if d == "int16" else d for d in dtypes]
+
+
+@pytest.mark.parametrize("dtype", dtype_params())
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("world", WORLDS)
+def test_all_reduce(worlds: Callable[[int], World], world: int, op: str, dtype: str) -> None:
+    worlds(world).run("all_reduce", dtype=dtype, op=op)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("world", WORLDS)
+def test_all_reduce_avg(worlds: Callable[[int], World], world: int, dtype: str) -> None:
+    worlds(world).run("all_reduce", dtype=dtype, op="AVG")
+
+
+@pytest.mark.parametrize("dtype", dtype_params(["int8", "int16", "int32", "int64", "uint8", "bool"]))
+@pytest.mark.parametrize("world", [2, 3])
+def test_all_reduce_bitwise(worlds: Callable[[int], World], world: int, dtype: str) -> None:
+    worlds(world).run("bitwise_ops", dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", dtype_params())
+@pytest.mark.parametrize("world,src", [(w, s) for w in WORLDS for s in range(w)])
+def test_broadcast(worlds: Callable[[int], World], world: int, src: int, dtype: str) -> None:
+    worlds(world).run("broadcast", dtype=dtype, src=src)
+
+
+@pytest.mark.parametrize("dtype", dtype_params())
+@pytest.mark.parametrize("world", WORLDS)
+def test_all_gather(worlds: Callable[[int], World], world: int, dtype: str) -> None:
+    worlds(world).run("all_gather", dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", dtype_params())
+@pytest.mark.parametrize("world", WORLDS)
+def test_all_gather_into_tensor_flat(worlds: Callable[[int], World], world: int, dtype: str) -> None:
+    worlds(world).run("all_gather_into_tensor", dtype=dtype, layout="flat")
+
+
+@skip_if_torch("gloo rejects the stacked (world, *shape) output ('invalid tensor size')")
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("world", WORLDS)
+def test_all_gather_into_tensor_stacked(worlds: Callable[[int], World], world: int, dtype: str) -> None:
+    worlds(world).run("all_gather_into_tensor", dtype=dtype, layout="stacked")
+
+
+@pytest.mark.parametrize("dtype", dtype_params())
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("world", WORLDS)
+def test_reduce_scatter_tensor(worlds: Callable[[int], World], world: int, op: str, dtype: str) -> None:
+    worlds(world).run("reduce_scatter_tensor", dtype=dtype, op=op)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("world", WORLDS)
+def test_reduce_scatter_tensor_avg(worlds: Callable[[int], World], world: int, dtype: str) -> None:
+    worlds(world).run("reduce_scatter_tensor", dtype=dtype, op="AVG")
+
+
+@skip_if_torch("gloo aborts the process on a stacked (world, *shape) reduce_scatter input")
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("world", WORLDS)
+def test_reduce_scatter_tensor_stacked(worlds: Callable[[int], World], world: int, op: str) -> None:
+    for dtype in ("float32", "int64", "bfloat16"):
+        worlds(world).run("reduce_scatter_tensor", dtype=dtype, op=op, layout="stacked")
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_barrier(worlds: Callable[[int], World], world: int, tmp_path: Any) -> None:
+    worlds(world).run("barrier", directory=str(tmp_path))
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_group_world_argument(worlds: Callable[[int], World], world: int) -> None:
+    worlds(world).run("group_world_argument")
+
+
+@pytest.mark.parametrize("dtype", ["complex64", "complex128"])
+@pytest.mark.parametrize("world", [2, 3])
+def test_complex(worlds: Callable[[int], World], world: int, dtype: str) -> None:
+    worlds(world).run("complex", dtype=dtype)
+
+
+@pytest.mark.skipif(IS_TORCH, reason="rustdist-only: checks that rustdist accepts torch.distributed.ReduceOp "
+                    "(trivially true for torch itself)")
+@pytest.mark.parametrize("world", [2])
+def test_torch_reduce_op_accepted(worlds: Callable[[int], World], world: int) -> None:
+    worlds(world).run("torch_reduce_op")
