@@ -142,16 +142,51 @@ class ProcessGroup:
     def group_name(self) -> str: ...
     @property
     def timeout(self) -> float: ...
-    def all_reduce(self, ptr: int, numel: int, dtype: int, op: int, keep: object) -> Work: ...
+    def all_reduce(
+        self, ptr: int, numel: int, dtype: int, op: int, keep: object, premul: Optional[float] = None
+    ) -> Work:
+        """In-place all_reduce; `premul` is PREMUL_SUM's factor."""
+    def reduce(
+        self,
+        ptr: int,
+        numel: int,
+        dtype: int,
+        op: int,
+        root: int,
+        keep: object,
+        premul: Optional[float] = None,
+    ) -> Work:
+        """Result on `root`; the other ranks' tensors are left unchanged."""
     def broadcast(self, ptr: int, numel: int, dtype: int, root: int, keep: object) -> Work: ...
     def all_gather(
         self, in_ptr: int, out_ptrs: Sequence[int], numel: int, dtype: int, keep: object
     ) -> Work:
         """`out_ptrs[r]` receives rank r's `numel` elements (own block included)."""
     def reduce_scatter(
-        self, in_ptr: int, out_ptr: int, numel: int, dtype: int, op: int, keep: object
+        self,
+        in_ptr: int,
+        out_ptr: int,
+        numel: int,
+        dtype: int,
+        op: int,
+        keep: object,
+        premul: Optional[float] = None,
     ) -> Work:
         """Input holds size*numel elements; rank r gets the reduction of block r."""
+    def exchange(
+        self,
+        kind: str,
+        dtype: int,
+        count: int,
+        sends: Sequence[tuple[int, int, int]],
+        recvs: Sequence[tuple[int, int, int]],
+        keep: object,
+    ) -> Work:
+        """One collective step of concurrent transfers, each (peer, data pointer, numel); a
+        transfer to self is a copy. `kind` names the collective (e.g. "gather"); `count` is a
+        number every rank agrees on, or 0 when sizes differ (lengths are checked per message)."""
+    def monitored_barrier(self, timeout: float, wait_all_ranks: bool) -> Work:
+        """Rank 0 waits `timeout` seconds for every rank and fails naming the missing ones."""
     def barrier(self) -> Work: ...
     def send(self, ptr: int, numel: int, dtype: int, dst: int, tag: int, keep: object) -> Work: ...
     def recv(
