@@ -1,5 +1,6 @@
 //! Criterion benches of ring and recursive-doubling all_reduce between threads of one process,
-//! over the TCP transport on loopback (rendezvous through an in-process HashStore).
+//! over the mesh transport's two links: TCP on loopback and shared memory (rendezvous through an
+//! in-process HashStore).
 //!
 //! Rank 0 runs on the bench thread and times `iters` back-to-back all_reduces; the other
 //! ranks run the same number on their own threads.
@@ -47,7 +48,7 @@ fn run_iters(
 /// A worker rank: its command channel (`Some((bytes, iters))` runs, `None` stops) and thread.
 type Worker = (Sender<Option<(usize, u64)>>, JoinHandle<()>);
 
-/// A world of `n` TCP-connected ranks; rank 0 stays on the caller's thread.
+/// A world of `n` connected ranks; rank 0 stays on the caller's thread.
 struct World {
     rank0: MeshTransport,
     seq: u64,
@@ -56,10 +57,10 @@ struct World {
 }
 
 impl World {
-    fn new(n: usize, algos: AlgoOverrides) -> World {
+    fn new(n: usize, algos: AlgoOverrides, shared_memory: bool) -> World {
         let store: Arc<dyn Store> = Arc::new(HashStore::new());
         let connect = move |store: Arc<dyn Store>, rank| {
-            MeshTransport::connect(store, "bench", rank, n, 0, TIMEOUT).unwrap()
+            MeshTransport::connect(store, "bench", rank, n, 0, TIMEOUT, shared_memory).unwrap()
         };
         let workers = (1..n)
             .map(|rank| {
@@ -105,21 +106,24 @@ impl Drop for World {
 }
 
 fn allreduce(c: &mut Criterion) {
-    for world in [2usize, 4] {
-        for algo in [AllReduceAlgo::Ring, AllReduceAlgo::RecursiveDoubling] {
-            let algos = AlgoOverrides {
-                all_reduce: Some(algo),
-                ..AlgoOverrides::default()
-            };
-            let mut w = World::new(world, algos);
-            let mut g = c.benchmark_group(format!("all_reduce_tcp/world{world}/{}", algo.name()));
-            for bytes in [4usize << 10, 256 << 10, 4 << 20, 32 << 20] {
-                g.throughput(Throughput::Bytes(bytes as u64));
-                g.bench_function(BenchmarkId::from_parameter(bytes), |b| {
-                    b.iter_custom(|iters| w.time(bytes, iters))
-                });
+    for (link, shared_memory) in [("tcp", false), ("shm", true)] {
+        for world in [2usize, 4] {
+            for algo in [AllReduceAlgo::Ring, AllReduceAlgo::RecursiveDoubling] {
+                let algos = AlgoOverrides {
+                    all_reduce: Some(algo),
+                    ..AlgoOverrides::default()
+                };
+                let mut w = World::new(world, algos, shared_memory);
+                let mut g =
+                    c.benchmark_group(format!("all_reduce_{link}/world{world}/{}", algo.name()));
+                for bytes in [4usize << 10, 256 << 10, 4 << 20, 32 << 20] {
+                    g.throughput(Throughput::Bytes(bytes as u64));
+                    g.bench_function(BenchmarkId::from_parameter(bytes), |b| {
+                        b.iter_custom(|iters| w.time(bytes, iters))
+                    });
+                }
+                g.finish();
             }
-            g.finish();
         }
     }
 }

@@ -289,7 +289,17 @@ impl ProcessGroup {
             )));
         }
         let algos = AlgoOverrides::from_env()?;
-        let transport = MeshTransport::connect(store, name, rank, size, group_id(name), timeout)?;
+        // RUSTDIST_SHM=0 keeps peers on one host on TCP (every rank must agree).
+        let shared_memory = std::env::var("RUSTDIST_SHM").map_or(true, |v| v != "0");
+        let transport = MeshTransport::connect(
+            store,
+            name,
+            rank,
+            size,
+            group_id(name),
+            timeout,
+            shared_memory,
+        )?;
         let queue = Arc::new(Queue::default());
         let mut engine = Engine {
             transport: Box::new(transport),

@@ -190,7 +190,8 @@ fn next_step_recv(recvs: &[StepRecv<'_>], p: usize) -> Option<usize> {
 
 impl MeshTransport {
     /// Joins the mesh of group `group` (rendezvous keys under `prefix` in `store`) within
-    /// `timeout`: TCP to every peer, shared memory to those on this host.
+    /// `timeout`: TCP to every peer, and shared memory to those on this host when
+    /// `shared_memory` (every rank must pass the same).
     pub fn connect(
         store: Arc<dyn Store>,
         prefix: &str,
@@ -198,6 +199,7 @@ impl MeshTransport {
         size: usize,
         group: u32,
         timeout: Duration,
+        shared_memory: bool,
     ) -> Result<MeshTransport> {
         if size == 0 || rank >= size {
             return Err(Error::invalid(format!(
@@ -206,7 +208,11 @@ impl MeshTransport {
         }
         let deadline = Instant::now() + timeout;
         let socks = connect_mesh(&*store, prefix, rank, size, group, deadline)?;
-        let host = share_memory(&*store, prefix, rank, size, group, deadline)?;
+        let host = if shared_memory {
+            share_memory(&*store, prefix, rank, size, group, deadline)?
+        } else {
+            None
+        };
         let peers = socks
             .into_iter()
             .enumerate()

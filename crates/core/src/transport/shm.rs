@@ -386,7 +386,7 @@ fn host_identity() -> String {
     format!("{host}/{}", boot.trim())
 }
 
-/// Sets up shared-memory pipes to the peers on this host (unless `RUSTDIST_SHM=0`). A rank that
+/// Sets up shared-memory pipes to the peers on this host. A rank that
 /// cannot create its segment publishes none, and its pairs stay on TCP.
 pub fn share_memory(
     store: &dyn Store,
@@ -396,8 +396,7 @@ pub fn share_memory(
     group: u32,
     deadline: Instant,
 ) -> Result<Option<ShmHost>> {
-    let enabled = std::env::var("RUSTDIST_SHM").map_or(true, |v| v != "0");
-    if size == 1 || !enabled {
+    if size == 1 {
         return Ok(None);
     }
     let stamp = std::time::SystemTime::now()
