@@ -393,24 +393,7 @@ impl ProcessGroup {
 
     /// In-place all_reduce of `t` with `red`.
     pub fn all_reduce(&self, t: Tensor, red: Reduction, keep: Option<Keepalive>) -> Result<Work> {
-        red.check(t.dtype)?;
-        let sig = Signature {
-            kind: CollectiveKind::AllReduce,
-            dtype: t.dtype,
-            op: red.op,
-            count: t.numel as u64,
-        };
-        self.submit(keep, move |eng| {
-            let size = eng.size;
-            eng.collective(sig, kernel_op(red.op), |tr, ctx, algos| {
-                // SAFETY: the caller keeps `t` alive and untouched until the Work completes.
-                let buf = unsafe { t.buf.as_mut_slice() };
-                red.before(t.dtype, buf)?;
-                algorithms::all_reduce(tr, ctx, buf, algos)?;
-                red.after(t.dtype, buf, size)
-            })?;
-            Ok(None)
-        })
+        self.reduction(t, None, red, keep)
     }
 
     /// Reduces every rank's `t` into `t` on `root`; other ranks' tensors are left unchanged.
@@ -422,21 +405,35 @@ impl ProcessGroup {
         keep: Option<Keepalive>,
     ) -> Result<Work> {
         self.check_rank("reduce destination rank", root)?;
+        self.reduction(t, Some(root), red, keep)
+    }
+
+    /// all_reduce (`root` None) or reduce to `root`: non-roots reduce a copy of their tensor.
+    fn reduction(
+        &self,
+        t: Tensor,
+        root: Option<usize>,
+        red: Reduction,
+        keep: Option<Keepalive>,
+    ) -> Result<Work> {
         red.check(t.dtype)?;
         let sig = Signature {
-            kind: CollectiveKind::Reduce,
+            kind: match root {
+                None => CollectiveKind::AllReduce,
+                Some(_) => CollectiveKind::Reduce,
+            },
             dtype: t.dtype,
             op: red.op,
             count: t.numel as u64,
         };
-        let rank = self.rank;
+        let in_place = root.is_none_or(|r| r == self.rank);
         self.submit(keep, move |eng| {
             let size = eng.size;
             eng.collective(sig, kernel_op(red.op), |tr, ctx, algos| {
                 // SAFETY: the caller keeps `t` alive and untouched until the Work completes.
                 let own = unsafe { t.buf.as_mut_slice() };
                 let mut scratch;
-                let buf = if rank == root {
+                let buf = if in_place {
                     own
                 } else {
                     scratch = own.to_vec();
