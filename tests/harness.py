@@ -14,6 +14,7 @@ gloo, which validates the tests themselves; the default is ``rustdist``.
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -99,6 +100,13 @@ def init_env(dist: Any, rank: int, world: int, timeout: float) -> None:
     )
 
 
+def find_case(name: str) -> Any:
+    """The case function for `name`: ``case_<name>`` of dist_cases, or of another module in
+    tests/ when written ``"<module>:<name>"`` (e.g. ``"api_cases:gather"``)."""
+    module, _, case = name.rpartition(":")
+    return getattr(importlib.import_module(module or "dist_cases"), f"case_{case}")
+
+
 def _worker_main(conn: Any, rank: int, world: int, port: int, log_path: str, init: bool,
                  pg_timeout: float) -> None:
     """Entry point of one rank process: redirect output, init, then serve cases until EOF."""
@@ -131,7 +139,7 @@ def _worker_main(conn: Any, rank: int, world: int, port: int, log_path: str, ini
             return
         name, params = msg
         try:
-            fn = getattr(dist_cases, f"case_{name}")
+            fn = find_case(name)
             result = fn(dist, rank, world, **params)
             conn.send(("ok", result))
         except BaseException:  # noqa: BLE001 - everything goes back to the driver

@@ -1,25 +1,52 @@
 """rustdist: collective communication with a Rust engine and the torch.distributed API.
 
 ``import rustdist as dist`` in place of ``import torch.distributed as dist``: the same
-functions, arguments and errors, on torch CPU tensors or numpy arrays.
+functions, arguments and errors, on torch CPU tensors or numpy arrays. Importing rustdist also
+registers the ``"rustdist"`` backend with ``torch.distributed`` (when torch is installed).
 """
 
+import warnings as _warnings
+
 from ._core import FileStore, HashStore, PrefixStore, Store, TCPStore, __version__
+from ._debug import (
+    DebugLevel,
+    breakpoint,
+    get_debug_level,
+    set_debug_level,
+    set_debug_level_from_env,
+)
 from ._errors import DistBackendError, DistError, DistNetworkError, DistStoreError
+from ._objects import (
+    all_gather_object,
+    broadcast_object_list,
+    gather_object,
+    recv_object_list,
+    scatter_object_list,
+    send_object_list,
+)
+from ._reduce_op import _make_nccl_premul_sum, make_premul_sum
+from ._torch_backend import register as _register_torch_backend
 from .distributed_c10d import (
     Backend,
     GroupMember,
+    P2POp,
     ProcessGroup,
     ReduceOp,
     Work,
     all_gather,
+    all_gather_coalesced,
     all_gather_into_tensor,
     all_gather_single,
     all_reduce,
+    all_reduce_coalesced,
+    all_to_all,
+    all_to_all_single,
     barrier,
+    batch_isend_irecv,
     broadcast,
     default_pg_timeout,
     destroy_process_group,
+    gather,
     get_backend,
     get_global_rank,
     get_group_rank,
@@ -32,19 +59,39 @@ from .distributed_c10d import (
     is_available,
     is_initialized,
     isend,
+    monitored_barrier,
+    new_group,
+    new_subgroups,
+    new_subgroups_by_enumeration,
     recv,
+    reduce,
+    reduce_scatter,
     reduce_scatter_single,
     reduce_scatter_tensor,
+    scatter,
     send,
 )
 
+_register_torch_backend()
+
+try:  # like torch, the debug level starts from the environment
+    set_debug_level_from_env()
+except ValueError as _e:
+    _warnings.warn(f"{_e}; debug level left at OFF", stacklevel=2)
+
 __all__ = [
-    "Backend", "DistBackendError", "DistError", "DistNetworkError", "DistStoreError",
-    "FileStore", "GroupMember", "HashStore", "PrefixStore", "ProcessGroup", "ReduceOp", "Store",
-    "TCPStore", "Work", "__version__", "all_gather", "all_gather_into_tensor",
-    "all_gather_single", "all_reduce", "barrier", "broadcast", "default_pg_timeout",
-    "destroy_process_group", "get_backend", "get_global_rank", "get_group_rank",
-    "get_process_group_ranks", "get_rank", "get_world_size", "group", "init_process_group",
-    "irecv", "is_available", "is_initialized", "isend", "recv", "reduce_scatter_single",
-    "reduce_scatter_tensor", "send",
+    "Backend", "DebugLevel", "DistBackendError", "DistError", "DistNetworkError",
+    "DistStoreError", "FileStore", "GroupMember", "HashStore", "P2POp", "PrefixStore",
+    "ProcessGroup", "ReduceOp", "Store", "TCPStore", "Work", "__version__",
+    "_make_nccl_premul_sum", "all_gather", "all_gather_coalesced", "all_gather_into_tensor",
+    "all_gather_object", "all_gather_single", "all_reduce", "all_reduce_coalesced",
+    "all_to_all", "all_to_all_single", "barrier", "batch_isend_irecv", "breakpoint",
+    "broadcast", "broadcast_object_list", "default_pg_timeout", "destroy_process_group",
+    "gather", "gather_object", "get_backend", "get_debug_level", "get_global_rank",
+    "get_group_rank", "get_process_group_ranks", "get_rank", "get_world_size", "group",
+    "init_process_group", "irecv", "is_available", "is_initialized", "isend",
+    "make_premul_sum", "monitored_barrier", "new_group", "new_subgroups",
+    "new_subgroups_by_enumeration", "recv", "recv_object_list", "reduce", "reduce_scatter",
+    "reduce_scatter_single", "reduce_scatter_tensor", "scatter", "scatter_object_list",
+    "send", "send_object_list", "set_debug_level", "set_debug_level_from_env",
 ]

@@ -1,14 +1,17 @@
 """``ReduceOp``: torch's own class when torch imports (so its values work everywhere), else a
-small stand-in with the same names; :func:`op_code` turns either into the ``_core`` op code."""
+small stand-in with the same names; :func:`op_code` turns either into the ``_core`` op code and
+:func:`op_args` into the code and ``PREMUL_SUM``'s factor."""
 
 from __future__ import annotations
 
 import enum
-from typing import Any
+from typing import Any, Optional
 
 try:  # torch is optional: rustdist works on numpy arrays without it.
     from torch.distributed import ReduceOp
+    from torch.distributed import _make_nccl_premul_sum as _torch_premul_sum
 except ImportError:
+    _torch_premul_sum = None
 
     class ReduceOp:  # type: ignore[no-redef]
         """An enum-like class for available reduction operations: ``SUM``, ``PRODUCT``,
@@ -40,6 +43,18 @@ except ImportError:
         BOR = RedOpType.BOR
         BXOR = RedOpType.BXOR
         PREMUL_SUM = RedOpType.PREMUL_SUM
+
+        def __init__(self, op: Any, factor: Optional[float] = None) -> None:
+            """A reduction instance: ``op`` (a ``RedOpType``) and PREMUL_SUM's ``factor``."""
+            self.op = op
+            self._factor = factor
+
+        @property
+        def factor(self) -> float:
+            """The factor a PREMUL_SUM multiplies each input by before summing."""
+            if self._factor is None:
+                raise RuntimeError("Only PREMUL_SUM supports accessing factor")
+            return self._factor
 
 
 _OP_TYPE: type = type(ReduceOp.SUM)
@@ -73,9 +88,42 @@ def op_code(op: Any) -> int:
     raise TypeError(f"op must be a ReduceOp (e.g. ReduceOp.SUM), got {op!r} of type {type(op)}")
 
 
+def op_args(op: Any) -> tuple[int, Optional[float]]:
+    """The ``_core`` code of ``op`` and, for ``PREMUL_SUM``, its factor (a float, or a
+    one-element tensor as torch's ``_make_nccl_premul_sum`` accepts)."""
+    code = op_code(op)
+    if code != _CODES[ReduceOp.PREMUL_SUM]:
+        return code, None
+    if op.__class__ is _OP_TYPE:  # the bare enum value carries no factor
+        raise ValueError(
+            "ReduceOp.PREMUL_SUM needs a factor: use rustdist.make_premul_sum(factor) "
+            "(or torch.distributed._make_nccl_premul_sum(factor))"
+        )
+    factor = op.factor
+    if hasattr(factor, "item"):  # torch accepts a one-element tensor as the factor
+        if factor.numel() != 1:
+            raise ValueError(f"PREMUL_SUM factor must be a scalar, got a tensor of shape "
+                             f"{tuple(factor.shape)}")
+        factor = factor.item()
+    return code, float(factor)
+
+
+def make_premul_sum(factor: Any) -> Any:
+    """A ``ReduceOp.PREMUL_SUM`` reduction that multiplies every input by ``factor`` (a float,
+    or a one-element tensor) before summing: ``sum_r(factor * x_r)``. Floating point and
+    complex tensors only. Same as torch's private ``_make_nccl_premul_sum``."""
+    if _torch_premul_sum is not None:
+        return _torch_premul_sum(factor)
+    return ReduceOp(ReduceOp.PREMUL_SUM, factor)  # type: ignore[call-arg]
+
+
+_make_nccl_premul_sum = make_premul_sum
+
+
 def supports_complex(code: int) -> bool:
     """Whether the reduction with ``_core`` code ``code`` is defined on complex tensors."""
     return code not in _NOT_COMPLEX
 
 
-__all__ = ["ReduceOp", "op_code", "supports_complex"]
+__all__ = ["ReduceOp", "_make_nccl_premul_sum", "make_premul_sum", "op_args", "op_code",
+           "supports_complex"]

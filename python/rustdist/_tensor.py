@@ -70,4 +70,12 @@ def buffer(x: Any, name: str, out: bool = False) -> Buf:
     )
 
 
-__all__ = ["Buf", "COMPLEX_CODES", "ITEMSIZE", "buffer"]
+def concat(xs: list[Any]) -> Any:
+    """The elements of ``xs`` (all torch tensors or all numpy arrays) in one new flat
+    contiguous tensor or array, in order."""
+    if _Tensor is not None and isinstance(xs[0], _Tensor):
+        return torch.cat([x.reshape(-1) for x in xs])
+    return np.concatenate([np.ravel(x) for x in xs])
+
+
+__all__ = ["Buf", "COMPLEX_CODES", "ITEMSIZE", "buffer", "concat"]

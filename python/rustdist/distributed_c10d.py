@@ -5,6 +5,7 @@ to ``_core`` zero-copy."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 import time
@@ -13,10 +14,16 @@ from datetime import timedelta
 from typing import Any, Callable, Optional, Union
 from urllib.parse import parse_qsl, urlparse
 
-from . import _core
+from . import _core, _debug
+from ._debug import DebugLevel, exception_logger, logger
 from ._errors import DistNetworkError, DistStoreError
-from ._reduce_op import ReduceOp, op_code, supports_complex
-from ._tensor import COMPLEX_CODES, ITEMSIZE, buffer
+from ._reduce_op import ReduceOp, op_args, supports_complex
+from ._tensor import COMPLEX_CODES, ITEMSIZE, buffer, concat
+
+try:  # the torch backend's base class; plain object until that module exists
+    from ._torch_backend import GroupBase
+except ImportError:
+    GroupBase = object
 
 _TorchFuture: Any = None
 try:  # torch is optional: without it get_future() returns a minimal future.
@@ -59,13 +66,14 @@ class Backend(str):
 _SUPPORTED_BACKENDS = ("rustdist", "gloo", "cpu:gloo", "cpu:rustdist")
 
 
-class ProcessGroup:
-    """A process group: the engine's group (``_core.ProcessGroup``) plus the global ranks of
-    its members, ordered by group rank. Pass it as ``group=`` to any collective."""
-
-    __slots__ = ("_pg", "_ranks", "_group_ranks", "_rank", "_size", "_backend")
+class ProcessGroup(GroupBase):  # type: ignore[misc, valid-type]
+    """A process group: the engine's group (``_core.ProcessGroup``, ``_pg``) plus the global
+    ranks of its members ordered by group rank (``_ranks``). Pass it as ``group=`` to any
+    collective."""
 
     def __init__(self, pg: Any, ranks: list[int], backend: str, world: bool) -> None:
+        if GroupBase is not object:
+            super().__init__(pg.rank, pg.size)
         self._pg = pg
         self._ranks = ranks
         # global -> group rank; None on WORLD, where both are the same
@@ -110,12 +118,29 @@ class ProcessGroup:
         return f"<rustdist.ProcessGroup {self.group_name!r} rank {self._rank} of {self._size}>"
 
 
+def _new_process_group(store: Any, rank: int, size: int, timeout: Union[timedelta, float],
+                       group_name: str, global_ranks: list[int],
+                       backend: str = "rustdist") -> ProcessGroup:
+    """A group over ``store`` (a rustdist store or a torch one) of ``size`` ranks, this one
+    being group rank ``rank``; ``global_ranks`` are the members' global ranks by group rank.
+    Collective over the members. Touches no world state (for torch's backend registry)."""
+    core = _core.ProcessGroup(store, rank, size, _seconds(timeout), group_name)
+    return ProcessGroup(core, list(global_ranks), backend, world=False)
+
+
 # World state: the default group and the store it was built on (kept alive with the group:
 # rank 0's TCPStore serves the others). _generation numbers this process's inits, so that
 # re-initialising on the same store never reads an earlier init's keys.
 _default_pg: Optional[ProcessGroup] = None
 _default_store: Any = None
 _generation = 0
+# Subgroups of this init by name, destroyed with the default group. Names are "1", "2", ...
+# counted by new_group (which every rank calls), or hashes of the ranks with
+# use_local_synchronization (which only members call).
+_subgroups: dict[str, ProcessGroup] = {}
+_group_count = 0
+_local_group_counts: dict[tuple[int, ...], int] = {}
+_non_member_ranks: Optional[list[int]] = None
 
 _SERVER_TAG_KEY = "rustdist/server_generation"
 _NOT_INITIALIZED = (
@@ -159,7 +184,7 @@ def _not_member(op: str) -> None:
     rank = -1 if _default_pg is None else _default_pg._rank
     warnings.warn(
         f"Running {op} on global rank {rank} which does not belong to the given group.",
-        stacklevel=3,
+        stacklevel=4,  # the user's call: past this, the op and its exception_logger
     )
 
 
@@ -440,6 +465,9 @@ def init_process_group(
         group_name: Ignored (deprecated in torch too).
         pg_options: Ignored (backend options of torch's backends).
         device_id: None or the CPU device; rustdist has no accelerator path yet.
+
+    ``TORCH_DISTRIBUTED_DEBUG`` (or ``RUSTDIST_DEBUG``), when set, sets the debug level here
+    as well as at import.
     """
     global _default_pg, _default_store, _generation
     if _default_pg is not None:
@@ -463,6 +491,7 @@ def init_process_group(
         raise TypeError(
             f"Expected timeout argument to be of type datetime.timedelta, got {timeout}"
         )
+    _debug.apply_env()
     if store is not None:  # torch checks these before any rendezvous
         if not world_size > 0:
             raise AssertionError("world_size must be positive if using store")
@@ -478,6 +507,8 @@ def init_process_group(
     pg = _core.ProcessGroup(prefixed, rank, world_size, timeout.total_seconds(), "0")
     _default_pg = ProcessGroup(pg, list(range(world_size)), name, world=True)
     _default_store = store
+    logger.info("rank %d: initialized the default process group (backend %s, world size %d)",
+                rank, name, world_size)
 
 
 def destroy_process_group(group: Optional[ProcessGroup] = None) -> None:
@@ -486,17 +517,32 @@ def destroy_process_group(group: Optional[ProcessGroup] = None) -> None:
     Args:
         group: The process group to be destroyed; None or ``group.WORLD`` destroys the
             default group (and with it every group), after which ``init_process_group`` may
-            be called again.
+            be called again. A subgroup (from ``new_group``) is destroyed alone.
     """
-    global _default_pg, _default_store
+    global _default_pg, _default_store, _group_count, _non_member_ranks
     if group.__class__ is int and group == GroupMember.NON_GROUP_MEMBER:
         return
     pg = _default_pg if group is None else group
     if pg is None:
         raise AssertionError("Process group cannot be None")
     if pg is not _default_pg:
-        raise ValueError("Invalid process group specified")
-    _default_pg = _default_store = None  # cleared first: init works again even if this fails
+        if _subgroups.get(getattr(pg, "group_name", None)) is not pg:
+            raise ValueError("Invalid process group specified")
+        del _subgroups[pg.group_name]
+        logger.info("destroying process group %s (ranks %s)", pg.group_name, pg._ranks)
+        pg._pg.shutdown()
+        return
+    subgroups = list(_subgroups.values())
+    # cleared first: init works again even if a shutdown fails
+    _default_pg = _default_store = None
+    _subgroups.clear()
+    _local_group_counts.clear()
+    _group_count = 0
+    _non_member_ranks = None
+    logger.info("rank %d: destroying the default process group and %d subgroups", pg._rank,
+                len(subgroups))
+    for sub in subgroups:
+        sub._pg.shutdown()
     pg._pg.shutdown()
 
 
@@ -523,34 +569,298 @@ def get_backend(group: Optional[ProcessGroup] = None) -> str:
     return pg._backend
 
 
+def _registered(group: Any) -> dict[int, int]:
+    """global -> group rank of a group made by new_group. Like torch, NON_GROUP_MEMBER maps to
+    the ranks of the last group this rank was not a member of."""
+    if group.__class__ is int and group == GroupMember.NON_GROUP_MEMBER:
+        if _non_member_ranks is not None:
+            return {g: i for i, g in enumerate(_non_member_ranks)}
+    elif isinstance(group, ProcessGroup) and (
+        group is _default_pg or _subgroups.get(group.group_name) is group
+        or group._group_ranks is not None
+    ):
+        return {g: i for i, g in enumerate(group._ranks)}
+    raise ValueError(
+        f"Group {group} is not registered, please create group with "
+        "torch.distributed.new_group API"
+    )
+
+
 def get_group_rank(group: ProcessGroup, global_rank: int) -> int:
-    """Translate a global rank into a group rank; ValueError if it is not in ``group``."""
-    pg = _group(group)
-    if pg is None:
+    """Translate a global rank into a group rank.
+
+    ``global_rank`` must be part of ``group`` otherwise this raises ValueError. Calling this
+    function on the default process group returns identity.
+    """
+    if group is _default_pg and group is not None:
+        return global_rank
+    ranks = _registered(group)
+    if global_rank not in ranks:
         raise ValueError(f"Global rank {global_rank} is not part of group {group}")
-    return pg._group_rank(global_rank)
+    return ranks[global_rank]
 
 
 def get_global_rank(group: ProcessGroup, group_rank: int) -> int:
-    """Translate a group rank into a global rank; ValueError if it is not in ``group``."""
-    pg = _group(group)
-    if pg is None:
-        raise ValueError(f"Group rank {group_rank} is not part of group {group}")
-    return pg._global_rank(group_rank)
+    """Translate a group rank into a global rank.
+
+    ``group_rank`` must be part of ``group`` otherwise this raises ValueError. Calling this
+    function on the default process group returns identity.
+    """
+    if group is _default_pg and group is not None:
+        return group_rank
+    for global_rank, rank in _registered(group).items():
+        if rank == group_rank:
+            return global_rank
+    raise ValueError(f"Group rank {group_rank} is not part of group {group}")
 
 
 def get_process_group_ranks(group: Optional[ProcessGroup]) -> list[int]:
-    """The global ranks of ``group`` (default: the default group), ordered by group rank."""
-    pg = _group(group)
-    if pg is None:
-        raise ValueError("Invalid process group specified")
-    return list(pg._ranks)
+    """Get all global ranks of ``group`` (None: the default group), ordered by group rank."""
+    if group is None:
+        if _default_pg is None:
+            raise ValueError(_NOT_INITIALIZED)
+        return list(_default_pg._ranks)
+    try:
+        return list(_registered(group))
+    except ValueError:
+        raise KeyError(group) from None  # torch looks the group up in a dict
+
+
+def _check_timeout(timeout: Any) -> timedelta:
+    if timeout is None:
+        return default_pg_timeout
+    if not isinstance(timeout, timedelta):
+        raise TypeError(
+            f"Expected timeout argument to be of type datetime.timedelta, got {timeout}"
+        )
+    return timeout
+
+
+@exception_logger
+def new_group(ranks: Optional[list[int]] = None, timeout: Optional[timedelta] = None,
+              backend: Optional[str] = None, pg_options: Optional[Any] = None,
+              use_local_synchronization: bool = False, group_desc: Optional[str] = None,
+              device_id: Optional[Any] = None, sort_ranks: bool = True) -> Any:
+    """Create a new distributed group.
+
+    This function requires that all processes in the main group (i.e. all processes that are
+    part of the distributed job) enter this function, even if they are not going to be
+    members of the group, and that they create groups in the same order. With
+    ``use_local_synchronization=True`` only the members call it.
+
+    Args:
+        ranks: List of ranks of group members. If None, will be set to all ranks.
+        timeout: Timeout of operations on the group (default 30 minutes).
+        backend: The backend name; None means the default group's. Any CPU name
+            ``init_process_group`` accepts; all run on rustdist's engine.
+        pg_options: Ignored (backend options of torch's backends).
+        use_local_synchronization: Only the members synchronize (and call this function);
+            non-members get None instead of ``GroupMember.NON_GROUP_MEMBER``.
+        group_desc: A string describing the group (logged).
+        device_id: None or the CPU device.
+        sort_ranks: Order the group ranks by global rank (else as given).
+
+    Returns:
+        A handle of the group for collectives; ``GroupMember.NON_GROUP_MEMBER`` on ranks that
+        are not members.
+    """
+    global _group_count, _non_member_ranks
+    default = _default_pg
+    if default is None:
+        raise ValueError(_NOT_INITIALIZED)
+    name = default._backend if not backend else Backend(backend)
+    if name not in _SUPPORTED_BACKENDS:
+        raise ValueError(f"Unsupported backend {backend!r} for new_group: rustdist supports "
+                         f"{', '.join(map(repr, _SUPPORTED_BACKENDS))}")
+    if device_id is not None and getattr(device_id, "type", device_id) != "cpu":
+        raise ValueError(f"device_id {device_id} is not supported: rustdist runs on the CPU only")
+    timeout = _check_timeout(timeout)
+    global_rank, world_size = default._rank, default._size
+    if use_local_synchronization and ranks is not None and global_rank not in ranks:
+        return None
+    if ranks is not None:
+        ranks = sorted(ranks) if sort_ranks else list(ranks)
+        if len(set(ranks)) != len(ranks):
+            raise ValueError(f"ranks list must not contain duplicate entries, got {ranks}")
+        if len(ranks) > world_size:
+            raise ValueError(
+                "the new group's world size should be less or equal to the world size set by "
+                "init_process_group"
+            )
+        for r in ranks:
+            if r < 0 or r >= world_size:
+                raise ValueError(f"Rank {r} is out of range. Valid ranks are 0 to "
+                                 f"{world_size - 1} (world_size={world_size})")
+    else:
+        ranks = list(range(world_size))
+    if use_local_synchronization:
+        key = tuple(ranks)
+        nth = _local_group_counts.get(key, 0)
+        _local_group_counts[key] = nth + 1
+        group_name = hashlib.sha1(f"{'_'.join(map(str, ranks))}_{nth}".encode()).hexdigest()
+    else:
+        _group_count += 1
+        group_name = str(_group_count)
+    if global_rank not in ranks:
+        _non_member_ranks = ranks
+        return GroupMember.NON_GROUP_MEMBER
+    store = _core.PrefixStore(f"rustdist/{_generation}/group/{group_name}", _default_store)
+    core = _core.ProcessGroup(store, ranks.index(global_rank), len(ranks),
+                              timeout.total_seconds(), group_name)
+    pg = ProcessGroup(core, ranks, name, world=False)
+    _subgroups[group_name] = pg
+    logger.info("rank %d: created process group %s (ranks %s%s)", global_rank, group_name,
+                ranks, f", {group_desc}" if group_desc else "")
+    return pg
+
+
+def new_subgroups(group_size: Optional[int] = None, group: Optional[ProcessGroup] = None,
+                  timeout: Optional[timedelta] = None, backend: Optional[str] = None,
+                  pg_options: Optional[Any] = None,
+                  group_desc: Optional[str] = None) -> tuple[Any, list[Any]]:
+    """Create subgroups of equal size: ranks ``[0, group_size)``, ``[group_size,
+    2 * group_size)``, ... of ``group`` (default: the default group). Every rank calls it.
+
+    Args:
+        group_size: The size of each subgroup; required (torch's default, the number of CUDA
+            devices, has no meaning here). Must divide the group's size.
+        group: The group to split (default: the default group).
+        timeout, backend, pg_options, group_desc: As for ``new_group``.
+
+    Returns:
+        The subgroup containing the current rank, and all the subgroups used for cleanup.
+    """
+    if group_size is None:
+        raise ValueError(
+            "Default group size only takes effect when CUDA is available.If your subgroup "
+            "using a backend that does not depend on CUDA,please pass in 'group_size' correctly."
+        )
+    if group_size <= 0:
+        raise ValueError(f"The arg 'group_size' ({group_size}) must be positive")
+    world_size = get_world_size(group=group)
+    if world_size < group_size:
+        raise ValueError(f"The arg 'group_size' ({group_size}) must not exceed the world size "
+                         f"({world_size})")
+    if world_size % group_size != 0:
+        raise ValueError(f"The world size ({world_size}) must be divisible by '{group_size=}'")
+    ranks = get_process_group_ranks(group=group)
+    return new_subgroups_by_enumeration(
+        [ranks[i:i + group_size] for i in range(0, len(ranks), group_size)],
+        timeout=timeout, backend=backend, pg_options=pg_options, group_desc=group_desc,
+    )
+
+
+def new_subgroups_by_enumeration(ranks_per_subgroup_list: list[list[int]],
+                                 timeout: Optional[timedelta] = None,
+                                 backend: Optional[str] = None,
+                                 pg_options: Optional[Any] = None,
+                                 group_desc: Optional[str] = None) -> tuple[Any, list[Any]]:
+    """Create subgroups by enumerating their ranks (disjoint lists). Every rank calls it.
+
+    Args:
+        ranks_per_subgroup_list: A list of the ranks of each subgroup.
+        timeout, backend, pg_options, group_desc: As for ``new_group``.
+
+    Returns:
+        The subgroup containing the current rank (None if none does), and all the subgroups
+        (``GroupMember.NON_GROUP_MEMBER`` for those this rank is not in).
+    """
+    if ranks_per_subgroup_list is None or len(ranks_per_subgroup_list) == 0:
+        raise ValueError("The arg 'ranks_per_subgroup_list' cannot be empty")
+    subgroups = []
+    cur_subgroup = None
+    seen: dict[int, list[int]] = {}
+    my_rank = get_rank()
+    for ranks in ranks_per_subgroup_list:
+        subgroup = new_group(ranks=ranks, timeout=timeout, backend=backend,
+                             pg_options=pg_options, group_desc=group_desc)
+        subgroups.append(subgroup)
+        for r in ranks:
+            if r in seen:
+                raise ValueError(f"Rank {r} has appeared in both subgroup {seen[r]} and {ranks}")
+            seen[r] = ranks
+            if my_rank == r:
+                cur_subgroup = subgroup
+                logger.info("Rank %s is assigned to subgroup %s", r, ranks)
+    return cur_subgroup, subgroups
 
 
 # ---------------------------------------------------------------------------------------------
 # Collectives
 
 
+def _detail(pg: ProcessGroup, name: str, code: Optional[int], shapes: Optional[list[Any]],
+            op: Optional[int] = None, root: Optional[int] = None) -> None:
+    """DETAIL debug mode: all ranks must agree on the collective's arguments."""
+    _debug.check_collective(pg._pg, pg._ranks, name, code, shapes, op, root)
+
+
+def _reduce_args(op: Any, code: int, name: str) -> tuple[int, Optional[float]]:
+    opc, premul = op_args(op)
+    if code in COMPLEX_CODES and not supports_complex(opc):
+        raise ValueError(f"{name} does not support {op} on complex tensors")
+    return opc, premul
+
+
+def _same_dtype(code: int, other: int, t: Any, first: Any) -> None:
+    if other != code:
+        raise ValueError(
+            f"Invalid usage of tensors with different dtypesFound {first.dtype} and  {t.dtype}"
+        )
+
+
+class _Works:
+    """Several ``_core`` Works seen as one (the ``_core.Work`` interface): done when all are,
+    failed with the first error."""
+
+    __slots__ = ("_works",)
+
+    def __init__(self, works: list[Any]) -> None:
+        self._works = works
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for w in self._works:
+            w.wait(None if deadline is None else max(deadline - time.monotonic(), 0.0))
+        return True
+
+    def is_completed(self) -> bool:
+        return all(w.is_completed() for w in self._works)
+
+    def is_success(self) -> bool:
+        return all(w.is_success() for w in self._works)
+
+    def exception(self) -> Optional[BaseException]:
+        for w in self._works:
+            e = w.exception()
+            if e is not None:
+                return e
+        return None
+
+    def source_rank(self) -> int:
+        raise RuntimeError("source_rank() is only defined for a receive")
+
+    def add_done_callback(self, fn: Callable[[Optional[BaseException]], None]) -> None:
+        if not self._works:
+            fn(None)
+            return
+        lock = threading.Lock()
+        state: list[Any] = [len(self._works), None]  # [pending, first error]
+
+        def one(error: Optional[BaseException]) -> None:
+            with lock:
+                state[0] -= 1
+                if error is not None and state[1] is None:
+                    state[1] = error
+                last = state[0] == 0
+            if last:
+                fn(state[1])
+
+        for w in self._works:
+            w.add_done_callback(one)
+
+
+@exception_logger
 def all_reduce(tensor: Any, op: Any = ReduceOp.SUM, group: Optional[ProcessGroup] = None,
                async_op: bool = False) -> Optional[Work]:
     """Reduces the tensor data across all machines in a way that all get the final result.
@@ -560,7 +870,9 @@ def all_reduce(tensor: Any, op: Any = ReduceOp.SUM, group: Optional[ProcessGroup
 
     Args:
         tensor: Input and output of the collective (torch CPU tensor or numpy array).
-        op: A ``ReduceOp`` value (rustdist's or torch.distributed's).
+        op: A ``ReduceOp`` value (rustdist's or torch.distributed's), or a ``PREMUL_SUM``
+            made by ``make_premul_sum(factor)``. ``BAND``/``BOR``/``BXOR`` need integer or
+            bool tensors, ``AVG`` and ``PREMUL_SUM`` floating point or complex ones.
         group: The process group to work on (default: the default group).
         async_op: Whether this op should be an async op.
 
@@ -572,16 +884,82 @@ def all_reduce(tensor: Any, op: Any = ReduceOp.SUM, group: Optional[ProcessGroup
         _not_member("all_reduce")
         return None
     ptr, n, code = buffer(tensor, "tensor", True)
-    opc = op_code(op)
-    if code in COMPLEX_CODES and not supports_complex(opc):
-        raise ValueError(f"all_reduce does not support {op} on complex tensors")
-    work = pg._pg.all_reduce(ptr, n, code, opc, tensor)
+    opc, premul = _reduce_args(op, code, "all_reduce")
+    if _debug.level is DebugLevel.DETAIL:
+        _detail(pg, "all_reduce", code, [tensor.shape], opc)
+    work = pg._pg.all_reduce(ptr, n, code, opc, tensor, premul)
     if async_op:
         return Work(work, [tensor])
     work.wait()
     return None
 
 
+@exception_logger
+def all_reduce_coalesced(tensors: Any, op: Any = ReduceOp.SUM,
+                         group: Optional[ProcessGroup] = None,
+                         async_op: bool = False) -> Optional[Work]:
+    """Reduces each tensor in ``tensors`` across all machines in such a way that all get the
+    final result (deprecated in torch). In place; complex tensors are supported.
+
+    Args:
+        tensors: A tensor or a list of tensors of one dtype: input and output.
+        op: A ``ReduceOp`` value.
+        group: The process group to work on (default: the default group).
+        async_op: Whether this op should be an async op.
+
+    Returns:
+        One async work handle for all the tensors if ``async_op`` is True, else None.
+    """
+    if not isinstance(tensors, list):
+        tensors = [tensors]
+    pg = _group(group)
+    if pg is None:
+        _not_member("all_reduce_coalesced")
+        return None
+    bufs = [buffer(t, "tensor", True) for t in tensors]
+    for (_, _, c), t in zip(bufs, tensors):
+        _same_dtype(bufs[0][2], c, t, tensors[0])
+    if not bufs:
+        return Work(_Works([]), []) if async_op else None
+    opc, premul = _reduce_args(op, bufs[0][2], "all_reduce")
+    if _debug.level is DebugLevel.DETAIL:
+        _detail(pg, "all_reduce_coalesced", bufs[0][2], [t.shape for t in tensors], opc)
+    works = [pg._pg.all_reduce(p, n, c, opc, t, premul) for (p, n, c), t in zip(bufs, tensors)]
+    return _finish(_Works(works), tensors, async_op)
+
+
+@exception_logger
+def reduce(tensor: Any, dst: Optional[int] = None, op: Any = ReduceOp.SUM,
+           group: Optional[ProcessGroup] = None, async_op: bool = False,
+           group_dst: Optional[int] = None) -> Optional[Work]:
+    """Reduces the tensor data across all machines. Only the process with rank ``dst`` is
+    going to receive the final result; ``tensor`` is unchanged on the others.
+
+    Args:
+        tensor: Input and output of the collective. The function operates in-place.
+        dst: Destination rank on global process group (regardless of ``group`` argument).
+        op: A ``ReduceOp`` value (see ``all_reduce``).
+        group: The process group to work on (default: the default group).
+        async_op: Whether this op should be an async op.
+        group_dst: Destination rank on ``group``. Must specify one of ``group_dst`` and
+            ``dst`` but not both.
+
+    Returns:
+        Async work handle if ``async_op`` is True, else None.
+    """
+    pg = _group(group)
+    if pg is None:
+        _not_member("reduce")
+        return None
+    root = _peer(pg, dst, group_dst, "reduce", "root")
+    ptr, n, code = buffer(tensor, "tensor", True)
+    opc, premul = _reduce_args(op, code, "reduce")
+    if _debug.level is DebugLevel.DETAIL:
+        _detail(pg, "reduce", code, [tensor.shape], opc, root)
+    return _finish(pg._pg.reduce(ptr, n, code, opc, root, tensor, premul), [tensor], async_op)
+
+
+@exception_logger
 def broadcast(tensor: Any, src: Optional[int] = None, group: Optional[ProcessGroup] = None,
               async_op: bool = False, group_src: Optional[int] = None) -> Optional[Work]:
     """Broadcasts the tensor to the whole group.
@@ -604,16 +982,30 @@ def broadcast(tensor: Any, src: Optional[int] = None, group: Optional[ProcessGro
         return None
     root = _peer(pg, src, group_src, "broadcast", "root")
     ptr, n, code = buffer(tensor, "tensor", True)
+    if _debug.level is DebugLevel.DETAIL:
+        _detail(pg, "broadcast", code, [tensor.shape], None, root)
     return _finish(pg._pg.broadcast(ptr, n, code, root, tensor), [tensor], async_op)
 
 
+def _tensor_list(xs: Any, name: str) -> None:
+    if not isinstance(xs, list):
+        raise TypeError(
+            f"Invalid function argument. Expected parameter `{name}` of type "
+            f"List[torch.Tensor] but got {type(xs)} instead."
+        )
+
+
+@exception_logger
 def all_gather(tensor_list: list[Any], tensor: Any, group: Optional[ProcessGroup] = None,
                async_op: bool = False) -> Optional[Work]:
     """Gathers tensors from the whole group in a list.
 
+    Tensors may have different sizes on different ranks: ``tensor_list[r]`` must then have
+    the size of rank r's ``tensor``.
+
     Args:
-        tensor_list: Output list of ``world_size`` tensors, each shaped like ``tensor``;
-            ``tensor_list[r]`` receives rank r's tensor.
+        tensor_list: Output list of ``world_size`` tensors; ``tensor_list[r]`` receives rank
+            r's tensor.
         tensor: Tensor to be broadcast from the current process.
         group: The process group to work on (default: the default group).
         async_op: Whether this op should be an async op.
@@ -621,11 +1013,7 @@ def all_gather(tensor_list: list[Any], tensor: Any, group: Optional[ProcessGroup
     Returns:
         Async work handle if ``async_op`` is True, else None.
     """
-    if not isinstance(tensor_list, list):
-        raise TypeError(
-            "Invalid function argument. Expected parameter `tensor_list` of type "
-            f"List[torch.Tensor] but got {type(tensor_list)} instead."
-        )
+    _tensor_list(tensor_list, "tensor_list")
     pg = _group(group)
     if pg is None:
         _not_member("all_gather")
@@ -636,23 +1024,77 @@ def all_gather(tensor_list: list[Any], tensor: Any, group: Optional[ProcessGroup
             f"all_gather: tensor_list has {len(tensor_list)} tensors, expected one per rank "
             f"(world size {pg._size})"
         )
-    ptrs = []
-    for i, t in enumerate(tensor_list):
+    outs = []
+    equal = True
+    for t in tensor_list:
         p, m, c = buffer(t, "tensor_list", True)
-        if c != code:
-            raise ValueError(
-                f"Invalid usage of tensors with different dtypes Found {t.dtype} and {tensor.dtype}"
-            )
-        if m != n:
+        _same_dtype(code, c, t, tensor)
+        equal = equal and m == n
+        outs.append((p, m))
+    keep = (tensor, *tensor_list)
+    if equal:  # every rank's tensor has this rank's size: the all_gather algorithm
+        if _debug.level is DebugLevel.DETAIL:
+            _detail(pg, "all_gather", code, [tensor.shape])
+        work = pg._pg.all_gather(in_ptr, [p for p, _ in outs], n, code, keep)
+    else:
+        own = outs[pg._rank][1]
+        if own != n:
             raise RuntimeError(
-                f"all_gather: tensor_list[{i}] has {m} elements but `tensor` has {n} "
-                "(every output must have the input's size)"
+                f"all_gather: tensor_list[{pg._rank}] has {own} elements but this rank's "
+                f"`tensor` has {n} (tensor_list[r] must have the size of rank r's tensor)"
             )
-        ptrs.append(p)
-    work = pg._pg.all_gather(in_ptr, ptrs, n, code, (tensor, *tensor_list))
+        if _debug.level is DebugLevel.DETAIL:
+            _detail(pg, "all_gather", code, None)
+        sends = [(r, in_ptr, n) for r in range(pg._size)]
+        recvs = [(r, p, m) for r, (p, m) in enumerate(outs)]
+        work = pg._pg.exchange("all_gather", code, 0, sends, recvs, keep)
     return _finish(work, tensor_list, async_op)
 
 
+@exception_logger
+def all_gather_coalesced(output_tensor_lists: list[list[Any]], input_tensor_list: list[Any],
+                         group: Optional[ProcessGroup] = None,
+                         async_op: bool = False) -> Optional[Work]:
+    """Gathers input tensors from the whole group in a list in a coalesced manner
+    (deprecated in torch): ``output_tensor_lists[r][i]`` receives rank r's
+    ``input_tensor_list[i]``. Complex tensors are supported.
+
+    Args:
+        output_tensor_lists: ``world_size`` output lists, each with one correctly-sized
+            tensor per input tensor.
+        input_tensor_list: Tensors to be broadcast from the current process.
+        group: The process group to work on (default: the default group).
+        async_op: Whether this op should be an async op.
+
+    Returns:
+        One async work handle for all the tensors if ``async_op`` is True, else None.
+    """
+    pg = _group(group)
+    if pg is None:
+        _not_member("all_gather_coalesced")
+        return None
+    _tensor_list(input_tensor_list, "input_tensor_list")
+    if not isinstance(output_tensor_lists, list):
+        raise TypeError("Invalid function argument: output_tensor_lists should be a list")
+    for out in output_tensor_lists:
+        _tensor_list(out, "output_tensor_lists")
+    if len(output_tensor_lists) != pg._size:
+        raise RuntimeError(
+            "all_gather_coalesced: output lists should be equal to world size "
+            f"({len(output_tensor_lists)} lists, world size {pg._size})"
+        )
+    n = len(input_tensor_list)
+    for out in output_tensor_lists:
+        if len(out) != n:
+            raise RuntimeError("all_gather_coalesced: each output list should have one tensor "
+                               f"per input tensor ({len(out)} vs {n})")
+    works = [all_gather([out[i] for out in output_tensor_lists], inp, pg, async_op=True)
+             for i, inp in enumerate(input_tensor_list)]
+    return _finish(_Works([w._work for w in works if w is not None]), output_tensor_lists,
+                   async_op)
+
+
+@exception_logger
 def all_gather_into_tensor(output_tensor: Any, input_tensor: Any,
                            group: Optional[ProcessGroup] = None,
                            async_op: bool = False) -> Optional[Work]:
@@ -677,12 +1119,15 @@ def all_gather_into_tensor(output_tensor: Any, input_tensor: Any,
     out_ptr, m, out_code = buffer(output_tensor, "output_tensor", True)
     _check_pair("all_gather_into_tensor", ("output_tensor", output_tensor, m, out_code),
                 ("input_tensor", input_tensor, n, code), pg._size)
+    if _debug.level is DebugLevel.DETAIL:
+        _detail(pg, "all_gather_into_tensor", code, [input_tensor.shape])
     step = n * ITEMSIZE[code]
     ptrs = [out_ptr + r * step for r in range(pg._size)]
     work = pg._pg.all_gather(in_ptr, ptrs, n, code, (input_tensor, output_tensor))
     return _finish(work, [output_tensor], async_op)
 
 
+@exception_logger
 def reduce_scatter_tensor(output: Any, input: Any, op: Any = ReduceOp.SUM,  # noqa: A002
                           group: Optional[ProcessGroup] = None,
                           async_op: bool = False) -> Optional[Work]:
@@ -692,7 +1137,7 @@ def reduce_scatter_tensor(output: Any, input: Any, op: Any = ReduceOp.SUM,  # no
         output: Output tensor, the same size on every rank.
         input: ``world_size`` times the output's elements, as the concatenation of the
             blocks (e.g. flat) or as their stack; rank r gets the reduction of block r.
-        op: A ``ReduceOp`` value (rustdist's or torch.distributed's).
+        op: A ``ReduceOp`` value (see ``all_reduce``).
         group: The process group to work on (default: the default group).
         async_op: Whether this op should be an async op.
 
@@ -707,7 +1152,53 @@ def reduce_scatter_tensor(output: Any, input: Any, op: Any = ReduceOp.SUM,  # no
     in_ptr, m, in_code = buffer(input, "input")
     _check_pair("reduce_scatter_tensor", ("input", input, m, in_code), ("output", output, n, code),
                 pg._size)
-    work = pg._pg.reduce_scatter(in_ptr, out_ptr, n, code, op_code(op), (input, output))
+    opc, premul = _reduce_args(op, code, "reduce_scatter")
+    if _debug.level is DebugLevel.DETAIL:
+        _detail(pg, "reduce_scatter_tensor", code, [output.shape], opc)
+    work = pg._pg.reduce_scatter(in_ptr, out_ptr, n, code, opc, (input, output), premul)
+    return _finish(work, [output], async_op)
+
+
+@exception_logger
+def reduce_scatter(output: Any, input_list: list[Any], op: Any = ReduceOp.SUM,
+                   group: Optional[ProcessGroup] = None,
+                   async_op: bool = False) -> Optional[Work]:
+    """Reduces, then scatters a list of tensors to all processes in a group.
+
+    Args:
+        output: Output tensor.
+        input_list: List of ``world_size`` tensors, each of the output's size; rank r gets
+            the reduction of every rank's ``input_list[r]``.
+        op: A ``ReduceOp`` value (see ``all_reduce``).
+        group: The process group to work on (default: the default group).
+        async_op: Whether this op should be an async op.
+
+    Returns:
+        Async work handle if ``async_op`` is True, else None.
+    """
+    _tensor_list(input_list, "input_list")
+    pg = _group(group)
+    if pg is None:
+        _not_member("reduce_scatter")
+        return None
+    out_ptr, n, code = buffer(output, "output", True)
+    if len(input_list) != pg._size:
+        raise RuntimeError(
+            f"reduce_scatter: input_list has {len(input_list)} tensors, expected one per rank "
+            f"(world size {pg._size})"
+        )
+    for i, t in enumerate(input_list):
+        _, m, c = buffer(t, "input_list")
+        _same_dtype(code, c, t, output)
+        if m != n:
+            raise RuntimeError(f"reduce_scatter: input_list[{i}] has {m} elements but `output` "
+                               f"has {n} (every input must have the output's size)")
+    opc, premul = _reduce_args(op, code, "reduce_scatter")
+    if _debug.level is DebugLevel.DETAIL:
+        _detail(pg, "reduce_scatter", code, [output.shape], opc)
+    flat = concat(input_list)  # the engine reduces one contiguous input
+    in_ptr = buffer(flat, "input_list")[0]
+    work = pg._pg.reduce_scatter(in_ptr, out_ptr, n, code, opc, (flat, output), premul)
     return _finish(work, [output], async_op)
 
 
@@ -730,6 +1221,222 @@ all_gather_single = all_gather_into_tensor
 reduce_scatter_single = reduce_scatter_tensor
 
 
+def _root_list(pg: ProcessGroup, root: int, xs: Optional[list[Any]], name: str,
+               role: str) -> list[Any]:
+    """The tensor list of gather/scatter: given on the root, absent elsewhere (torch's
+    checks), one tensor per rank."""
+    if root == pg._rank:
+        if not xs:
+            raise ValueError(f"Argument ``{name}`` must be specified on {role} rank.")
+        if len(xs) != pg._size:
+            raise RuntimeError(f"{name} has {len(xs)} tensors, expected one per rank "
+                               f"(group size {pg._size})")
+        return xs
+    if xs:
+        raise ValueError(f"Argument ``{name}`` must NOT be specified on non-{role} ranks.")
+    return []
+
+
+def _rooted(kind: str, pg: ProcessGroup, root: int, tensor: Any, xs: list[Any], count: int,
+            out: bool) -> Any:
+    """The exchange of gather (``out=False``: ``tensor`` goes to the root, the root's ``xs``
+    receive) or scatter (``out=True``: the root's ``xs`` go out, ``tensor`` receives)."""
+    ptr, n, code = buffer(tensor, "tensor", out)
+    name = "scatter_list" if out else "gather_list"
+    peers = []
+    for r, t in enumerate(xs):
+        p, m, c = buffer(t, name, not out)
+        _same_dtype(code, c, t, tensor)
+        if count and m != n:
+            raise RuntimeError(f"{kind}: {name}[{r}] has {m} elements but `tensor` has {n}")
+        peers.append((r, p, m))
+    mine = [(root, ptr, n)]
+    sends, recvs = (peers, mine) if out else (mine, peers)
+    if _debug.level is DebugLevel.DETAIL:
+        _detail(pg, kind, code, [tensor.shape] if count else None, None, root)
+    return pg._pg.exchange(kind, code, n if count else 0, sends, recvs, (tensor, *xs))
+
+
+@exception_logger
+def gather(tensor: Any, gather_list: Optional[list[Any]] = None, dst: Optional[int] = None,
+           group: Optional[ProcessGroup] = None, async_op: bool = False,
+           group_dst: Optional[int] = None) -> Optional[Work]:
+    """Gathers a list of tensors in a single process.
+
+    Args:
+        tensor: Input tensor, the same size on every rank.
+        gather_list: List of ``world_size`` appropriately-sized tensors to use for gathered
+            data; required on the destination rank only, None elsewhere.
+        dst: Destination rank on global process group (regardless of ``group`` argument).
+            (If both ``dst`` and ``group_dst`` are None, default is global rank 0.)
+        group: The process group to work on (default: the default group).
+        async_op: Whether this op should be an async op.
+        group_dst: Destination rank on ``group``. Invalid to specify both.
+
+    Returns:
+        Async work handle if ``async_op`` is True, else None.
+    """
+    if gather_list:
+        _tensor_list(gather_list, "gather_list")
+    pg = _group(group)
+    if pg is None:
+        _not_member("gather")
+        return None
+    if dst is None and group_dst is None:
+        dst = 0
+    root = _peer(pg, dst, group_dst, "gather", "root")
+    xs = _root_list(pg, root, gather_list, "gather_list", "destination")
+    work = _rooted("gather", pg, root, tensor, xs, 1, False)
+    return _finish(work, [xs] if xs else [], async_op)
+
+
+@exception_logger
+def scatter(tensor: Any, scatter_list: Optional[list[Any]] = None, src: Optional[int] = None,
+            group: Optional[ProcessGroup] = None, async_op: bool = False,
+            group_src: Optional[int] = None) -> Optional[Work]:
+    """Scatters a list of tensors to all processes in a group: rank r's ``tensor`` receives
+    the source's ``scatter_list[r]``.
+
+    Args:
+        tensor: Output tensor.
+        scatter_list: List of ``world_size`` tensors to scatter, each of the output's size;
+            required on the source rank only, None elsewhere.
+        src: Source rank on global process group (regardless of ``group`` argument).
+            (If both ``src`` and ``group_src`` are None, default is global rank 0.)
+        group: The process group to work on (default: the default group).
+        async_op: Whether this op should be an async op.
+        group_src: Source rank on ``group``. Invalid to specify both.
+
+    Returns:
+        Async work handle if ``async_op`` is True, else None.
+    """
+    if scatter_list:
+        _tensor_list(scatter_list, "scatter_list")
+    pg = _group(group)
+    if src is None and group_src is None:
+        src = 0
+    if pg is None:
+        _not_member("scatter")
+        return None
+    root = _peer(pg, src, group_src, "scatter", "root")
+    xs = _root_list(pg, root, scatter_list, "scatter_list", "source")
+    work = _rooted("scatter", pg, root, tensor, xs, 1, True)
+    return _finish(work, [tensor], async_op)
+
+
+@exception_logger
+def all_to_all(output_tensor_list: list[Any], input_tensor_list: list[Any],
+               group: Optional[ProcessGroup] = None, async_op: bool = False) -> Optional[Work]:
+    """Scatters a list of input tensors to all processes in a group and returns the gathered
+    list of tensors in the output list: rank r's ``output_tensor_list[s]`` receives rank s's
+    ``input_tensor_list[r]``. Sizes may differ between pairs of ranks.
+
+    Args:
+        output_tensor_list: List of ``world_size`` tensors to be gathered, one per rank.
+        input_tensor_list: List of ``world_size`` tensors to scatter, one per rank.
+        group: The process group to work on (default: the default group).
+        async_op: Whether this op should be an async op.
+
+    Returns:
+        Async work handle if ``async_op`` is True, else None.
+    """
+    pg = _group(group)
+    if pg is None:
+        _not_member("all_to_all")
+        return None
+    _tensor_list(output_tensor_list, "output_tensor_list")
+    _tensor_list(input_tensor_list, "input_tensor_list")
+    for xs, name in ((output_tensor_list, "output_tensor_list"),
+                     (input_tensor_list, "input_tensor_list")):
+        if len(xs) != pg._size:
+            raise RuntimeError(f"all_to_all: {name} has {len(xs)} tensors, expected one per "
+                               f"rank (group size {pg._size})")
+    first = input_tensor_list[0] if input_tensor_list else None
+    code = -1
+    sends, recvs = [], []
+    for r, t in enumerate(input_tensor_list):
+        p, n, c = buffer(t, "input_tensor_list")
+        code = c if code < 0 else code
+        _same_dtype(code, c, t, first)
+        sends.append((r, p, n))
+    for r, t in enumerate(output_tensor_list):
+        p, n, c = buffer(t, "output_tensor_list", True)
+        _same_dtype(code, c, t, first)
+        recvs.append((r, p, n))
+    if _debug.level is DebugLevel.DETAIL:
+        _detail(pg, "all_to_all", code, None)
+    work = pg._pg.exchange("all_to_all", code, 0, sends, recvs,
+                           (*input_tensor_list, *output_tensor_list))
+    return _finish(work, output_tensor_list, async_op)
+
+
+def _splits(x: Any, sizes: Optional[list[int]], name: str, size: int) -> list[int]:
+    """Element offsets (``size + 1`` of them) of the blocks of ``x`` split along dim 0."""
+    rows = x.shape[0] if len(x.shape) else 1
+    n = int(x.numel()) if hasattr(x, "numel") else int(x.size)
+    per_row = n // rows if rows else 0
+    if not sizes:
+        if rows % size:
+            raise RuntimeError(f"all_to_all_single: `{name}`'s dimension 0 ({rows}) must be "
+                               f"divisible by the group size {size}")
+        sizes = [rows // size] * size
+    if len(sizes) != size:
+        raise RuntimeError(f"all_to_all_single: {name}_split_sizes has {len(sizes)} entries, "
+                           f"expected one per rank (group size {size})")
+    if sum(sizes) != rows or any(s < 0 for s in sizes):
+        raise RuntimeError(f"all_to_all_single: {name}_split_sizes {list(sizes)} must be "
+                           f"non-negative and sum to `{name}`'s dimension 0 ({rows})")
+    offsets = [0]
+    for s in sizes:
+        offsets.append(offsets[-1] + s * per_row)
+    return offsets
+
+
+@exception_logger
+def all_to_all_single(output: Any, input: Any,  # noqa: A002
+                      output_split_sizes: Optional[list[int]] = None,
+                      input_split_sizes: Optional[list[int]] = None,
+                      group: Optional[ProcessGroup] = None,
+                      async_op: bool = False) -> Optional[Work]:
+    """Split input tensor and then scatter the split list to all processes in a group. Later
+    the received tensors are concatenated from all the processes in the group and returned
+    as a single output tensor.
+
+    Args:
+        output: Gathered concatenated output tensor.
+        input: Input tensor to scatter.
+        output_split_sizes: Output split sizes along dim 0; None or empty means equal splits
+            (``output.size(0)`` must then be divisible by ``world_size``).
+        input_split_sizes: Input split sizes along dim 0; None or empty means equal splits.
+        group: The process group to work on (default: the default group).
+        async_op: Whether this op should be an async op.
+
+    Returns:
+        Async work handle if ``async_op`` is True, else None.
+    """
+    pg = _group(group)
+    if pg is None:
+        _not_member("all_to_all_single")
+        return None
+    out_ptr, _, code = buffer(output, "output", True)
+    in_ptr, _, in_code = buffer(input, "input")
+    _same_dtype(in_code, code, output, input)
+    size = pg._size
+    offs_in = _splits(input, input_split_sizes, "input", size)
+    offs_out = _splits(output, output_split_sizes, "output", size)
+    item = ITEMSIZE[code]
+    sends = [(r, in_ptr + offs_in[r] * item, offs_in[r + 1] - offs_in[r]) for r in range(size)]
+    recvs = [(r, out_ptr + offs_out[r] * item, offs_out[r + 1] - offs_out[r])
+             for r in range(size)]
+    equal = not output_split_sizes and not input_split_sizes
+    if _debug.level is DebugLevel.DETAIL:
+        _detail(pg, "all_to_all_single", code, [input.shape] if equal else None)
+    work = pg._pg.exchange("all_to_all", code, offs_in[1] if equal else 0, sends, recvs,
+                           (input, output))
+    return _finish(work, [output], async_op)
+
+
+@exception_logger
 def barrier(group: Optional[ProcessGroup] = None, async_op: bool = False,
             device_ids: Optional[list[int]] = None,
             timeout: Optional[timedelta] = None) -> Optional[Work]:
@@ -741,7 +1448,7 @@ def barrier(group: Optional[ProcessGroup] = None, async_op: bool = False,
     Args:
         group: The process group to work on (default: the default group).
         async_op: Whether this op should be an async op.
-        device_ids: Ignored (accelerator ids; rustdist runs on the CPU).
+        device_ids: Accepted and ignored (accelerator ids; rustdist runs on the CPU).
         timeout: Timeout for the barrier (default: the group's timeout).
 
     Returns:
@@ -751,10 +1458,47 @@ def barrier(group: Optional[ProcessGroup] = None, async_op: bool = False,
     if pg is None:
         _not_member("barrier")
         return None
+    if _debug.level is DebugLevel.DETAIL:
+        _detail(pg, "barrier", None, None)
     work = pg._pg.barrier()
     if async_op:
         return Work(work, [], timeout)
     work.wait(None if timeout is None else _seconds(timeout))
+    return None
+
+
+@exception_logger
+def monitored_barrier(group: Optional[ProcessGroup] = None,
+                      timeout: Optional[Union[timedelta, float]] = None,
+                      wait_all_ranks: bool = False) -> None:
+    """Synchronize processes similar to ``barrier``, but consider a configurable timeout.
+
+    Rank 0 waits for every other rank to reach the barrier within ``timeout`` and raises
+    ``DistBackendError`` naming the first rank that did not (every such rank with
+    ``wait_all_ranks=True``): ``[Rank 0]: Rank 2 failed to pass monitoredBarrier in 300 ms``.
+    The other ranks raise when rank 0 reports a failure. The group stays usable.
+
+    Args:
+        group: The process group to work on (default: the default group).
+        timeout: Timeout for the barrier (a timedelta; float seconds are converted with a
+            warning). Default: 30 minutes.
+        wait_all_ranks: Whether to collect all failed ranks or raise on the first one.
+    """
+    pg = _group(group)
+    if pg is None:
+        _not_member("monitored_barrier")
+        return None
+    if timeout is None:
+        timeout = default_pg_timeout
+    elif isinstance(timeout, float):
+        warnings.warn(
+            "Please specify timeout arg as a timedelta. "
+            f"Converting current value of {timeout} assuming it represents seconds",
+            stacklevel=3,
+        )
+        timeout = timedelta(seconds=timeout)
+    timeout = _check_timeout(timeout)
+    pg._pg.monitored_barrier(timeout.total_seconds(), wait_all_ranks).wait()
     return None
 
 
@@ -769,7 +1513,7 @@ def _send_work(tensor: Any, dst: Optional[int], group: Optional[ProcessGroup], t
         _not_member(op)
         return None
     peer = _peer(pg, dst, group_dst, op, "destination")
-    if op == "send" and peer == pg._rank:
+    if op == "send" and peer == pg._rank:  # torch forbids a blocking send to self
         raise ValueError(
             "Invalid destination rank: destination rank should not be the same as "
             "the rank of the current process."
@@ -789,15 +1533,14 @@ def _recv_work(tensor: Any, src: Optional[int], group: Optional[ProcessGroup], t
         _not_member(op)
         return None, None
     peer = None if src is None and group_src is None else _peer(pg, src, group_src, op, "source")
-    if op == "recv" and peer == pg._rank:
-        raise ValueError(_SELF_SOURCE)
     ptr, n, code = buffer(tensor, "tensor", True)
     return pg, pg._pg.recv(ptr, n, code, peer, tag, tensor)
 
 
 def isend(tensor: Any, dst: Optional[int] = None, group: Optional[ProcessGroup] = None,
           tag: int = 0, group_dst: Optional[int] = None) -> Optional[Work]:
-    """Send a tensor asynchronously; do not modify it before the request completes.
+    """Send a tensor asynchronously; do not modify it before the request completes. A send
+    to this process's own rank is matched by a receive from itself.
 
     Args:
         tensor: Tensor to send.
@@ -819,7 +1562,8 @@ def irecv(tensor: Any, src: Optional[int] = None, group: Optional[ProcessGroup] 
 
     Args:
         tensor: Tensor to fill with received data.
-        src: Source rank on the global process group; from any process if unspecified.
+        src: Source rank on the global process group; from any process if unspecified
+            (the request's ``source_rank()`` then tells which, as a group rank).
         group: The process group to work on (default: the default group).
         tag: Tag to match recv with remote send.
         group_src: Source rank on ``group``. Invalid to specify both.
@@ -831,6 +1575,7 @@ def irecv(tensor: Any, src: Optional[int] = None, group: Optional[ProcessGroup] 
     return None if pg is None else Work(work, [tensor])
 
 
+@exception_logger
 def send(tensor: Any, dst: Optional[int] = None, group: Optional[ProcessGroup] = None,
          tag: int = 0, group_dst: Optional[int] = None) -> None:
     """Send a tensor synchronously.
@@ -848,6 +1593,7 @@ def send(tensor: Any, dst: Optional[int] = None, group: Optional[ProcessGroup] =
         work.wait()
 
 
+@exception_logger
 def recv(tensor: Any, src: Optional[int] = None, group: Optional[ProcessGroup] = None,
          tag: int = 0, group_src: Optional[int] = None) -> int:
     """Receives a tensor synchronously.
@@ -875,11 +1621,119 @@ def recv(tensor: Any, src: Optional[int] = None, group: Optional[ProcessGroup] =
     return pg._global_rank(group_src)
 
 
+class P2POp:
+    """A class to build point-to-point operations for ``batch_isend_irecv``.
+
+    This class builds the type of P2P operation, communication buffer, peer rank, Process
+    Group, and tag.
+
+    Args:
+        op: ``isend`` or ``irecv`` (rustdist's or torch.distributed's).
+        tensor: Tensor to send or receive.
+        peer: Destination or source rank (global).
+        group: The process group to work on (default: the default group).
+        tag: Tag to match send with recv.
+        group_peer: Destination or source rank on ``group``. Invalid to specify both.
+    """
+
+    def __new__(cls, op: Callable[..., Any], tensor: Any, peer: Optional[int] = None,
+                group: Optional[ProcessGroup] = None, tag: int = 0,
+                group_peer: Optional[int] = None) -> P2POp:
+        if _p2p_kind(op) is None:
+            raise ValueError(
+                "Invalid ``op``. Expected ``op`` to be of type ``torch.distributed.isend`` or "
+                "``torch.distributed.irecv``."
+            )
+        buffer(tensor, "tensor")
+        return object.__new__(cls)
+
+    def __init__(self, op: Callable[..., Any], tensor: Any, peer: Optional[int] = None,
+                 group: Optional[ProcessGroup] = None, tag: int = 0,
+                 group_peer: Optional[int] = None) -> None:
+        self.op = op
+        self.tensor = tensor
+        pg = _default_pg if group is None else group
+        if pg is None:
+            raise ValueError(_NOT_INITIALIZED)
+        self.group: Any = pg
+        if group_peer is not None:
+            if peer is not None:
+                raise ValueError("Can't specify both group_rank and global_rank")
+            self.peer = get_global_rank(pg, group_peer)
+            self.group_peer = group_peer
+        else:
+            if peer is None:
+                raise ValueError("Must specify global_rank or group_rank")
+            self.peer = peer
+            self.group_peer = get_group_rank(pg, peer)
+        self.tag = tag
+
+    def __repr__(self) -> str:
+        me = get_rank(self.group)
+        kind = _p2p_kind(self.op)
+        s, d = (me, self.group_peer) if kind == "send" else (self.group_peer, me)
+        name = getattr(self.group, "group_name", "default_pg")
+        return (f"P2POp({self.op.__name__} pg={name}, group_src={s}, group_dst={d},  "
+                f"{tuple(self.tensor.shape)}, {self.tensor.dtype})")
+
+
+def _p2p_kind(op: Any) -> Optional[str]:
+    """"send" for isend, "recv" for irecv (rustdist's or torch's), else None."""
+    if op is isend:
+        return "send"
+    if op is irecv:
+        return "recv"
+    if _TorchFuture is not None:
+        import torch.distributed as td
+
+        if op is td.isend:
+            return "send"
+        if op is td.irecv:
+            return "recv"
+    return None
+
+
+@exception_logger
+def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[Work]:
+    """Send or Receive a batch of tensors asynchronously and return a list of requests.
+
+    All operations are posted in order without waiting, so the relative ordering of sends
+    and receives to different peers does not matter and cannot deadlock; operations between
+    the same pair of ranks in the same direction match in order.
+
+    Args:
+        p2p_op_list: A list of point-to-point operations (``P2POp``), all on one group.
+
+    Returns:
+        A list of distributed request objects, one per operation (none on non-members).
+    """
+    if not isinstance(p2p_op_list, list) or not all(isinstance(p, P2POp) for p in p2p_op_list):
+        raise ValueError(
+            "Invalid ``p2p_op_list``. Each op is expected to to be of type "
+            "``torch.distributed.P2POp``."
+        )
+    grp = p2p_op_list[0].group
+    if not all(grp == p.group for p in p2p_op_list):
+        raise ValueError("All ops need to use the same group.")
+    reqs = []
+    for p in p2p_op_list:
+        if _p2p_kind(p.op) == "send":
+            work = isend(p.tensor, group=p.group, tag=p.tag, group_dst=p.group_peer)
+        else:
+            work = irecv(p.tensor, group=p.group, tag=p.tag, group_src=p.group_peer)
+        if work is not None:
+            reqs.append(work)
+    return reqs
+
+
 __all__ = [
-    "Backend", "GroupMember", "ProcessGroup", "ReduceOp", "Work", "all_gather",
-    "all_gather_into_tensor", "all_gather_single", "all_reduce", "barrier", "broadcast",
-    "default_pg_timeout", "destroy_process_group", "get_backend", "get_global_rank",
-    "get_group_rank", "get_process_group_ranks", "get_rank", "get_world_size", "group",
-    "init_process_group", "irecv", "is_available", "is_initialized", "isend", "recv",
-    "reduce_scatter_single", "reduce_scatter_tensor", "send",
+    "Backend", "GroupMember", "P2POp", "ProcessGroup", "ReduceOp", "Work", "all_gather",
+    "all_gather_coalesced", "all_gather_into_tensor", "all_gather_single", "all_reduce",
+    "all_reduce_coalesced", "all_to_all", "all_to_all_single", "barrier", "batch_isend_irecv",
+    "broadcast", "default_pg_timeout", "destroy_process_group", "gather", "get_backend",
+    "get_global_rank", "get_group_rank", "get_process_group_ranks", "get_rank",
+    "get_world_size", "group", "init_process_group", "irecv", "is_available", "is_initialized",
+    "isend", "monitored_barrier", "new_group", "new_subgroups", "new_subgroups_by_enumeration",
+    "recv", "reduce", "reduce_scatter", "reduce_scatter_single", "reduce_scatter_tensor",
+    "scatter", "send",
 ]

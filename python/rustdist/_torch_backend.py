@@ -1,0 +1,442 @@
+"""rustdist as a ``torch.distributed`` backend.
+
+:class:`GroupBase` is the base class of ``rustdist.ProcessGroup``: with torch importable it
+is a ``torch.distributed.ProcessGroup`` subclass whose methods (the ones torch's Python API
+and its C++ code call on a backend: ``allreduce``, ``allgather``, ``broadcast``, ...) run on
+rustdist's engine through rustdist's own API functions. So one group object serves both
+``import rustdist as dist`` and ``torch.distributed`` with backend ``"rustdist"``.
+
+:func:`register` registers the backend with ``torch.distributed.Backend.register_backend``
+(idempotent); ``init_process_group("rustdist")`` and ``"cpu:rustdist,cuda:nccl"`` then work.
+
+Subclasses must provide ``_pg`` (the ``_core.ProcessGroup``) and ``group_name`` (the engine
+group's name, which :func:`_create` sets to torch's group name).
+"""
+
+import functools
+import sys
+from datetime import timedelta
+from typing import Any, Callable, List, Optional, TypeVar
+
+try:  # torch is optional: rustdist works on numpy arrays without it.
+    import torch
+    import torch.distributed as _td
+except ImportError:
+    torch = None  # type: ignore[assignment]
+    _td = None  # type: ignore[assignment]
+
+BACKEND_NAME = "rustdist"
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _not_traced(fn: _F) -> _F:
+    """``torch.compiler.disable`` applied lazily: C++ calls these methods from compiled code,
+    and dynamo must not trace them. Until ``torch._dynamo`` is imported nothing can be
+    compiling, so importing rustdist does not pay dynamo's import time."""
+    disabled: Optional[Callable[..., Any]] = None
+
+    @functools.wraps(fn)
+    def method(*args: Any, **kwargs: Any) -> Any:
+        nonlocal disabled
+        if disabled is None:
+            dynamo = sys.modules.get("torch._dynamo")
+            if dynamo is None:
+                return fn(*args, **kwargs)
+            dynamo.eval_frame.skip_code(method.__code__)
+            disabled = torch.compiler.disable(fn, recursive=True)
+        return disabled(*args, **kwargs)
+
+    return method  # type: ignore[return-value]
+
+
+def _api() -> Any:
+    """rustdist's torch.distributed-compatible API (imported late: it imports this module)."""
+    from . import distributed_c10d
+
+    return distributed_c10d
+
+
+def _op(opts: Any) -> Any:
+    """The ReduceOp of torch's options object (or a bare ReduceOp, as Python callers pass)."""
+    return getattr(opts, "reduceOp", opts)
+
+
+def _root(opts: Any) -> int:
+    return opts.rootRank
+
+
+if torch is None:
+
+    class GroupBase:
+        """Base class of ``rustdist.ProcessGroup`` (torch is not installed)."""
+
+        def __init__(self, rank: int, size: int) -> None:
+            """Nothing to set up without torch; the arguments mirror torch's constructor."""
+
+    def register() -> None:
+        """Registers nothing: torch is not installed."""
+
+else:
+    from torch import Tensor
+
+    _c10d = torch._C._distributed_c10d
+    _Work: type = _td._Work
+
+    @torch.jit.ignore
+    def _outputs_or_raise(done: List[Tensor], outputs: List[Tensor]) -> List[Tensor]:
+        """``outputs``; raises the first error among ``done``, the collect_all futures (typed
+        as tensors for TorchScript, which converts neither argument)."""
+        for fut in done:
+            fut.value()  # raises the operation's error
+        return outputs
+
+    @torch.jit.script
+    def _await_outputs(
+        fut: torch.futures.Future[List[Tensor]], outputs: List[Tensor]
+    ) -> List[Tensor]:
+        return _outputs_or_raise(torch.jit.wait(fut), outputs)
+
+    @torch.jit.script
+    def _typed_future(
+        fut: torch.futures.Future[List[Tensor]], outputs: List[Tensor]
+    ) -> torch.futures.Future[List[Tensor]]:
+        # A future made in Python holds a Python object, but DDP's C++ comm hooks
+        # (fp16/bf16 compress) assert `result.isTensorList()`. A TorchScript fork returns a
+        # future typed List[Tensor]; its task suspends in wait() (no thread held) and the
+        # ignored Python call converts the value on completion. (No `from __future__ import
+        # annotations` in this module: TorchScript cannot resolve string annotations here.)
+        return torch.jit.fork(_await_outputs, fut, outputs)
+
+    class RustdistWork(_Work):
+        """A ``torch.distributed.Work`` over one or more rustdist Works (coalesced ops)."""
+
+        def __init__(self, works: list[Any], outputs: list[Tensor]) -> None:
+            super().__init__()
+            self._works = works
+            self._outputs = outputs
+            self._future: Any = None
+
+        @_not_traced
+        def wait(self, timeout: timedelta = timedelta(0)) -> bool:
+            """Blocks (GIL released in the engine) until done; raises the op's error, or
+            DistBackendError once ``timeout`` passes (zero: the group's timeout)."""
+            for w in self._works:
+                w.wait(timeout)
+            return True
+
+        def is_completed(self) -> bool:
+            """Whether the operation has finished (successfully or not); non-blocking."""
+            return all(w.is_completed() for w in self._works)
+
+        def is_success(self) -> bool:
+            """Whether the operation has finished successfully."""
+            return all(w.is_success() for w in self._works)
+
+        def exception(self) -> Optional[BaseException]:
+            """The operation's error, or None."""
+            for w in self._works:
+                e = w.exception()
+                if e is not None:
+                    return e
+            return None
+
+        def result(self) -> list[Tensor]:
+            """The output tensors of the operation."""
+            return list(self._outputs)
+
+        def _source_rank(self) -> int:
+            """The sender's group rank, for a completed receive from any source."""
+            return self._works[0].source_rank()
+
+        source_rank = _source_rank
+
+        @_not_traced
+        def get_future(self) -> torch.futures.Future:
+            """A future completed (by the engine) with the list of output tensors, typed
+            List[Tensor] so that C++ consumers (DDP's built-in comm hooks) can read it."""
+            if self._future is None:
+                done = torch.futures.collect_all([w.get_future() for w in self._works])
+                self._future = _typed_future(done, self._outputs)
+            return self._future
+
+    class GroupBase(_td.ProcessGroup):
+        """A ``torch.distributed.ProcessGroup`` whose collectives run on rustdist's engine.
+
+        torch's Python API and C++ (DDP, functional collectives, DTensor, FSDP2) call the
+        methods below with group ranks and torch's option objects; each hands the call to
+        rustdist's API on ``self`` and returns a :class:`RustdistWork`.
+        """
+
+        def __init__(self, rank: int, size: int) -> None:
+            # torch's (store, rank, size) constructor fails for Python subclasses.
+            super().__init__(rank, size)
+            self._td_name: Optional[str] = None
+            self._td_desc = ""
+
+        def _work(self, works: list[Any], outputs: list[Tensor]) -> RustdistWork:
+            work = RustdistWork(works, outputs)
+            if _c10d._allow_inflight_collective_as_graph_input():
+                # wait_tensor finds the Work of an in-flight graph input by tensor.
+                for t in outputs:
+                    _c10d._register_work(t, work)
+            return work
+
+        # -- identity ---------------------------------------------------------------------
+
+        def getBackendName(self) -> str:  # noqa: N802 - torch's name
+            """The backend's name, ``"rustdist"``."""
+            return BACKEND_NAME
+
+        def getGroupName(self) -> str:  # noqa: N802
+            """The name torch registered the group under (the engine group's name before)."""
+            return self._td_name if self._td_name is not None else self._pg.group_name
+
+        def setGroupName(self, name: str) -> None:  # noqa: N802
+            """Called by torch when it registers the group."""
+            self._td_name = name
+
+        def getGroupDesc(self) -> str:  # noqa: N802
+            """The group's description (torch's ``group_desc``)."""
+            return self._td_desc
+
+        def setGroupDesc(self, desc: str) -> None:  # noqa: N802
+            """Called by torch when it registers the group."""
+            self._td_desc = desc
+
+        def _get_backend(self, device: Any) -> "GroupBase":
+            """The backend serving ``device``: this group, for every device."""
+            return self
+
+        @property
+        def supports_splitting(self) -> bool:
+            """``split_group`` is not supported (it needs an accelerator in torch too)."""
+            return False
+
+        @property
+        def supports_coalescing(self) -> bool:
+            """Coalesced ops go through the ``*_coalesced`` methods, not start/end."""
+            return False
+
+        @_not_traced
+        def abort(self) -> None:
+            """Fails queued work and tells peers the group is aborted."""
+            self._pg.abort()
+
+        @_not_traced
+        def shutdown(self) -> None:
+            """Leaves the group cleanly (``destroy_process_group`` calls this)."""
+            self._pg.shutdown()
+
+        # -- collectives ------------------------------------------------------------------
+
+        @_not_traced
+        def allreduce(self, tensors: list[Tensor], opts: Any = None) -> RustdistWork:
+            """all_reduce of each tensor (torch's AllreduceOptions give the op)."""
+            op = _op(opts) if opts is not None else _td.ReduceOp.SUM
+            if isinstance(tensors, Tensor):
+                tensors = [tensors]
+            api = _api()
+            works = [api.all_reduce(t, op=op, group=self, async_op=True) for t in tensors]
+            return self._work(works, list(tensors))
+
+        allreduce_coalesced = allreduce
+
+        @_not_traced
+        def broadcast(self, tensors: list[Tensor], opts: Any) -> RustdistWork:
+            """broadcast from group rank ``opts.rootRank``."""
+            if isinstance(tensors, Tensor):
+                tensors = [tensors]
+            api = _api()
+            root = _root(opts)
+            works = [api.broadcast(t, group=self, async_op=True, group_src=root) for t in tensors]
+            return self._work(works, list(tensors))
+
+        @_not_traced
+        def reduce(self, tensors: list[Tensor], opts: Any) -> RustdistWork:
+            """reduce to group rank ``opts.rootRank``."""
+            api = _api()
+            t = tensors[0]
+            work = api.reduce(t, op=_op(opts), group=self, async_op=True, group_dst=_root(opts))
+            return self._work([work], [t])
+
+        @_not_traced
+        def allgather(self, output_lists: list[list[Tensor]], inputs: list[Tensor],
+                      opts: Any = None) -> RustdistWork:
+            """all_gather of ``inputs[0]`` into ``output_lists[0]``."""
+            api = _api()
+            out = output_lists[0]
+            work = api.all_gather(out, inputs[0], group=self, async_op=True)
+            return self._work([work], list(out))
+
+        @_not_traced
+        def allgather_coalesced(self, output_lists: list[list[Tensor]], inputs: list[Tensor],
+                                opts: Any = None) -> RustdistWork:
+            """all_gather of each ``inputs[i]`` into ``output_lists[i]``."""
+            api = _api()
+            works = [api.all_gather(o, i, group=self, async_op=True)
+                     for o, i in zip(output_lists, inputs)]
+            return self._work(works, [t for o in output_lists for t in o])
+
+        @_not_traced
+        def _allgather_base(self, output: Tensor, input: Tensor,  # noqa: A002
+                            opts: Any = None) -> RustdistWork:
+            """all_gather_into_tensor: ``output`` holds every rank's ``input`` in rank order."""
+            work = _api().all_gather_into_tensor(output, input, group=self, async_op=True)
+            return self._work([work], [output])
+
+        all_gather_single = _allgather_base
+
+        @_not_traced
+        def allgather_into_tensor_coalesced(self, outputs: list[Tensor], inputs: list[Tensor],
+                                            opts: Any = None) -> RustdistWork:
+            """all_gather_into_tensor of each input/output pair."""
+            api = _api()
+            works = [api.all_gather_into_tensor(o, i, group=self, async_op=True)
+                     for o, i in zip(outputs, inputs)]
+            return self._work(works, list(outputs))
+
+        all_gather_single_coalesced = allgather_into_tensor_coalesced
+
+        @_not_traced
+        def reduce_scatter(self, outputs: list[Tensor], input_lists: list[list[Tensor]],
+                           opts: Any = None) -> RustdistWork:
+            """reduce_scatter: ``outputs[0]`` gets the reduction of every rank's
+            ``input_lists[0][rank]``. Runs as reduce_scatter_tensor over the stacked list."""
+            out = outputs[0]
+            stacked = torch.stack([t.reshape(out.shape) for t in input_lists[0]])
+            op = _op(opts) if opts is not None else _td.ReduceOp.SUM
+            work = _api().reduce_scatter_tensor(out, stacked, op=op, group=self, async_op=True)
+            return self._work([work], [out])
+
+        @_not_traced
+        def _reduce_scatter_base(self, output: Tensor, input: Tensor,  # noqa: A002
+                                 opts: Any = None) -> RustdistWork:
+            """reduce_scatter_tensor: rank r gets the reduction of block r of ``input``."""
+            op = _op(opts) if opts is not None else _td.ReduceOp.SUM
+            work = _api().reduce_scatter_tensor(output, input, op=op, group=self, async_op=True)
+            return self._work([work], [output])
+
+        reduce_scatter_single = _reduce_scatter_base
+
+        @_not_traced
+        def reduce_scatter_tensor_coalesced(self, outputs: list[Tensor], inputs: list[Tensor],
+                                            opts: Any = None) -> RustdistWork:
+            """reduce_scatter_tensor of each input/output pair."""
+            api = _api()
+            op = _op(opts) if opts is not None else _td.ReduceOp.SUM
+            works = [api.reduce_scatter_tensor(o, i, op=op, group=self, async_op=True)
+                     for o, i in zip(outputs, inputs)]
+            return self._work(works, list(outputs))
+
+        reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced
+
+        @_not_traced
+        def all_to_all_single(self, output: Tensor, input: Tensor,  # noqa: A002
+                              output_split_sizes: list[int], input_split_sizes: list[int],
+                              opts: Any = None) -> RustdistWork:
+            """all_to_all_single; empty split lists mean equal splits."""
+            work = _api().all_to_all_single(output, input, output_split_sizes or None,
+                                            input_split_sizes or None, group=self,
+                                            async_op=True)
+            return self._work([work], [output])
+
+        alltoall_base = all_to_all_single
+
+        @_not_traced
+        def alltoall(self, outputs: list[Tensor], inputs: list[Tensor],
+                     opts: Any = None) -> RustdistWork:
+            """all_to_all: ``outputs[r]`` receives rank r's ``inputs[rank]``."""
+            work = _api().all_to_all(outputs, inputs, group=self, async_op=True)
+            return self._work([work], list(outputs))
+
+        @_not_traced
+        def gather(self, output_lists: list[list[Tensor]], inputs: list[Tensor],
+                   opts: Any) -> RustdistWork:
+            """gather to group rank ``opts.rootRank`` (``output_lists`` is empty elsewhere)."""
+            gather_list = output_lists[0] if output_lists else None
+            work = _api().gather(inputs[0], gather_list, group=self, async_op=True,
+                                 group_dst=_root(opts))
+            return self._work([work], list(gather_list or []))
+
+        @_not_traced
+        def scatter(self, outputs: list[Tensor], input_lists: list[list[Tensor]],
+                    opts: Any) -> RustdistWork:
+            """scatter from group rank ``opts.rootRank`` (``input_lists`` is empty elsewhere)."""
+            scatter_list = input_lists[0] if input_lists else None
+            work = _api().scatter(outputs[0], scatter_list, group=self, async_op=True,
+                                  group_src=_root(opts))
+            return self._work([work], [outputs[0]])
+
+        @_not_traced
+        def barrier(self, opts: Any = None) -> RustdistWork:
+            """A barrier over the group (device ids in ``opts`` are ignored: CPU only)."""
+            return self._work([_api().barrier(group=self, async_op=True)], [])
+
+        @_not_traced
+        def monitored_barrier(self, timeout: Optional[timedelta] = None,
+                              wait_all_ranks: bool = False) -> None:
+            """A barrier that names the ranks that failed to reach it within ``timeout``
+            (rank 0 reports the first such rank, or all of them with ``wait_all_ranks``)."""
+            _api().monitored_barrier(group=self, timeout=timeout, wait_all_ranks=wait_all_ranks)
+
+        # -- point-to-point ---------------------------------------------------------------
+
+        @_not_traced
+        def send(self, tensors: list[Tensor], dst: int, tag: int = 0) -> RustdistWork:
+            """Sends ``tensors[0]`` to group rank ``dst``."""
+            work = _api().isend(tensors[0], group=self, tag=tag, group_dst=dst)
+            return self._work([work], [tensors[0]])
+
+        @_not_traced
+        def recv(self, tensors: list[Tensor], src: int, tag: int = 0) -> RustdistWork:
+            """Receives ``tensors[0]`` from group rank ``src``."""
+            work = _api().irecv(tensors[0], group=self, tag=tag, group_src=src)
+            return self._work([work], [tensors[0]])
+
+        @_not_traced
+        def recv_anysource(self, tensors: list[Tensor], tag: int = 0) -> RustdistWork:
+            """Receives ``tensors[0]`` from any rank; the Work's ``_source_rank()`` says
+            which (group rank)."""
+            work = _api().irecv(tensors[0], group=self, tag=tag)
+            return self._work([work], [tensors[0]])
+
+        recvAnysource = recv_anysource  # noqa: N815 - the C++ name
+
+    def _all_gather_into_tensor_out(input: Tensor, group_size: int,  # noqa: A002
+                                    group_name: str, *, out: Tensor) -> Tensor:
+        """Kernel of ``_c10d_functional.all_gather_into_tensor_out`` on CPU.
+
+        torch's C++ kernel asks the group for its per-device C++ backend, which a Python
+        group lacks; this one calls the group's ``all_gather_single`` (any torch group)."""
+        group = _c10d._resolve_process_group(group_name)
+        group.all_gather_single(out, input.contiguous(), _c10d.AllgatherOptions()).wait()
+        return out
+
+    def _create(opts: Any, pg_options: Any) -> GroupBase:
+        """The creator torch calls (``extended_api=True``) to build a rustdist group."""
+        ranks = list(opts.global_ranks_in_group) or list(range(opts.group_size))
+        return _api()._new_process_group(
+            store=opts.store,
+            rank=opts.group_rank,
+            size=opts.group_size,
+            timeout=opts.timeout,
+            group_name=opts.group_id,
+            global_ranks=ranks,
+        )
+
+    _kernels: list[Any] = []  # the torch.library registration, kept alive
+
+    def register() -> None:
+        """Registers backend ``"rustdist"`` with ``torch.distributed`` (CPU tensors), and the
+        functional-collective kernel it needs. A no-op when already registered."""
+        if BACKEND_NAME.upper() in _td.Backend._plugins:
+            return
+        _td.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=["cpu"])
+        if not _kernels:
+            lib = torch.library.Library("_c10d_functional", "IMPL")
+            lib.impl("all_gather_into_tensor_out", _all_gather_into_tensor_out, "CPU")
+            _kernels.append(lib)
+
+
+__all__ = ["BACKEND_NAME", "GroupBase", "register"]
