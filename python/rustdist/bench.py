@@ -9,6 +9,10 @@ rank's mean time per call, and a row reports the median over rounds. Bandwidths 
 nccl-tests: algbw = bytes / time and busbw = algbw * 2(n-1)/n for all_reduce, algbw for
 broadcast, algbw * (n-1)/n for all_gather, where all_gather's bytes (and its size column) are
 the full gathered tensor. Speed-up = gloo time / rustdist time.
+
+It also measures the torch front door: an 8-byte all_reduce through ``torch.distributed`` on a
+group torch created with backend "rustdist" (``new_group(backend="rustdist")``), against the same
+call through rustdist's own API, timed the same way; the difference is the front door's cost.
 """
 
 from __future__ import annotations
@@ -122,17 +126,11 @@ def _bench_case(rank: int, world: int, op: str, size: int, cfg: Config) -> Optio
     td.all_reduce(est, op=td.ReduceOp.MAX)
     iters = int(min(cfg.max_iters, max(1.0, cfg.round_seconds / float(est.mean()))))
 
-    per_call = torch.zeros(len(SIDES), cfg.rounds, dtype=torch.float64)
-    for r in range(cfg.rounds):
-        # ABBA order: which side goes first alternates, so order effects cancel out.
-        for i in range(len(SIDES)) if r % 2 == 0 else reversed(range(len(SIDES))):
-            dist, call = calls[SIDES[i]]
-            dist.barrier()
-            t0 = time.perf_counter()
-            for _ in range(iters):
-                call()
-            per_call[i, r] = (time.perf_counter() - t0) / iters
-    td.all_reduce(per_call, op=td.ReduceOp.MAX)
+    def barrier() -> None:
+        rd.barrier()
+        td.barrier()
+
+    per_call = _time_rounds([calls[name][1] for name in SIDES], barrier, cfg, iters)
     if rank != 0:
         return None
 
@@ -146,6 +144,39 @@ def _bench_case(rank: int, world: int, op: str, size: int, cfg: Config) -> Optio
         row[f"{name}_busbw_gbps"] = nbytes / (us * 1e-6) / 1e9 * _busbw_factor(op, world)
     row["speedup"] = row["gloo_us"] / row["rustdist_us"]
     return row
+
+
+def _time_rounds(calls: list[Callable[[], Any]], barrier: Callable[[], Any], cfg: Config,
+                 iters: int) -> torch.Tensor:
+    """Per-call seconds of each of `calls`, per round (slowest rank's). ABBA order: which call
+    goes first alternates between rounds, so order effects cancel out."""
+    per_call = torch.zeros(len(calls), cfg.rounds, dtype=torch.float64)
+    for r in range(cfg.rounds):
+        for i in range(len(calls)) if r % 2 == 0 else reversed(range(len(calls))):
+            barrier()
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                calls[i]()
+            per_call[i, r] = (time.perf_counter() - t0) / iters
+    td.all_reduce(per_call, op=td.ReduceOp.MAX)
+    return per_call
+
+
+def _front_door_case(rank: int, world: int, cfg: Config) -> Optional[dict]:
+    """8-byte all_reduce: rustdist's own API vs torch.distributed on a rustdist group."""
+    via_torch = td.new_group(backend="rustdist")
+    own, door = torch.zeros(2), torch.zeros(2)
+    calls = [lambda: rd.all_reduce(own), lambda: td.all_reduce(door, group=via_torch)]
+    for call in calls:
+        for _ in range(50):
+            call()
+    per_call = _time_rounds(calls, rd.barrier, cfg, iters=500 if cfg.rounds > 5 else 200)
+    td.destroy_process_group(via_torch)
+    if rank != 0:
+        return None
+    own_us, door_us = (statistics.median(t * 1e6 for t in per_call[i].tolist()) for i in (0, 1))
+    return {"world": world, "op": "front_door", "bytes": 8, "rustdist_us": own_us,
+            "torch_front_door_us": door_us, "overhead_us": door_us - own_us}
 
 
 def _worker(rank: int, world: int, gloo_port: int, rd_port: int, cfg: Config,
@@ -165,6 +196,9 @@ def _worker(rank: int, world: int, gloo_port: int, rd_port: int, cfg: Config,
             row = _bench_case(rank, world, op, size, cfg)
             if row is not None:
                 results.put(row)
+    row = _front_door_case(rank, world, cfg)
+    if row is not None:
+        results.put(row)
     rd.destroy_process_group()
     td.destroy_process_group()
 
@@ -225,7 +259,7 @@ def _run_world(world: int, cfg: Config) -> list[dict]:
     for p in procs:
         p.start()
     rows: list[dict] = []
-    expected = len(cfg.ops) * len(cfg.sizes)
+    expected = len(cfg.ops) * len(cfg.sizes) + 1  # + the front-door row
     try:
         while len(rows) < expected:
             try:
@@ -236,10 +270,16 @@ def _run_world(world: int, cfg: Config) -> list[dict]:
                     codes = ", ".join(f"{p.name}={p.exitcode}" for p in procs)
                     raise RuntimeError(f"world {world}: a rank exited early ({codes})") from None
                 continue
-            if not rows or rows[-1]["op"] != row["op"]:
+            rows.append(row)
+            if row["op"] == "front_door":
+                print(f"\nworld {world} · 8 B all_reduce, torch front door: "
+                      f"torch.distributed on a rustdist group {row['torch_front_door_us']:.1f} us, "
+                      f"rustdist API {row['rustdist_us']:.1f} us, "
+                      f"overhead {row['overhead_us']:.1f} us", flush=True)
+                continue
+            if len(rows) == 1 or rows[-2]["op"] != row["op"]:
                 print(f"\nworld {world} · {row['op']} (float32)\n{HEADER}", flush=True)
             print(_fmt_row(row), flush=True)
-            rows.append(row)
         for p in procs:
             p.join()
         codes = [p.exitcode for p in procs]
@@ -316,6 +356,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         except RuntimeError as e:  # the ranks' own tracebacks are already on stderr
             sys.exit(f"bench failed: {e}")
 
+    doors = [r for r in rows if r["op"] == "front_door"]
+    rows = [r for r in rows if r["op"] != "front_door"]
     worst = min(rows, key=lambda r: r["speedup"])
     small = next((r for r in rows if r["world"] == 2 and r["op"] == "all_reduce"
                   and r["bytes"] == SIZES[0]), None)
@@ -323,6 +365,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         "min_speedup": worst["speedup"],
         "min_speedup_at": {k: worst[k] for k in ("world", "op", "bytes")},
         "all_reduce_8B_world2_us": {s: small[f"{s}_us"] for s in SIDES} if small else None,
+        "front_door_overhead_us": {r["world"]: r["overhead_us"] for r in doors},
         "seconds": time.perf_counter() - start,
     }
     line = (f"\nsummary: min speed-up {worst['speedup']:.2f}x (world {worst['world']} "
@@ -333,7 +376,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     print(f"{line}; {summary['seconds']:.0f} s")
     with open(args.json, "w", encoding="utf-8") as f:
         json.dump({"machine": machine, "config": asdict(cfg), "results": rows,
-                   "summary": summary}, f, indent=1)
+                   "front_door": doors, "summary": summary}, f, indent=1)
     print(f"results written to {args.json}")
     return 0
 
