@@ -109,11 +109,12 @@ else:
         return torch.jit.fork(_await_outputs, fut, outputs)
 
     class RustdistWork(_Work):
-        """A ``torch.distributed.Work`` over one or more rustdist Works (coalesced ops)."""
+        """A ``torch.distributed.Work`` over a rustdist Work (one op, or coalesced ones
+        combined by rustdist)."""
 
-        def __init__(self, works: list[Any], outputs: list[Tensor]) -> None:
+        def __init__(self, work: Any, outputs: list[Tensor]) -> None:
             super().__init__()
-            self._works = works
+            self._rd = work
             self._outputs = outputs
             self._future: Any = None
 
@@ -121,25 +122,19 @@ else:
         def wait(self, timeout: timedelta = timedelta(0)) -> bool:
             """Blocks (GIL released in the engine) until done; raises the op's error, or
             DistBackendError once ``timeout`` passes (zero: the group's timeout)."""
-            for w in self._works:
-                w.wait(timeout)
-            return True
+            return self._rd.wait(timeout)
 
         def is_completed(self) -> bool:
             """Whether the operation has finished (successfully or not); non-blocking."""
-            return all(w.is_completed() for w in self._works)
+            return self._rd.is_completed()
 
         def is_success(self) -> bool:
             """Whether the operation has finished successfully."""
-            return all(w.is_success() for w in self._works)
+            return self._rd.is_success()
 
         def exception(self) -> Optional[BaseException]:
             """The operation's error, or None."""
-            for w in self._works:
-                e = w.exception()
-                if e is not None:
-                    return e
-            return None
+            return self._rd.exception()
 
         def result(self) -> list[Tensor]:
             """The output tensors of the operation."""
@@ -147,7 +142,7 @@ else:
 
         def _source_rank(self) -> int:
             """The sender's group rank, for a completed receive from any source."""
-            return self._works[0].source_rank()
+            return self._rd.source_rank()
 
         source_rank = _source_rank
 
@@ -156,7 +151,7 @@ else:
             """A future completed (by the engine) with the list of output tensors, typed
             List[Tensor] so that C++ consumers (DDP's built-in comm hooks) can read it."""
             if self._future is None:
-                done = torch.futures.collect_all([w.get_future() for w in self._works])
+                done = torch.futures.collect_all([self._rd.get_future()])
                 self._future = _typed_future(done, self._outputs)
             return self._future
 
@@ -175,7 +170,12 @@ else:
             self._td_desc = ""
 
         def _work(self, works: list[Any], outputs: list[Tensor]) -> RustdistWork:
-            work = RustdistWork(works, outputs)
+            if len(works) == 1:
+                combined = works[0]
+            else:
+                api = _api()
+                combined = api.Work(api._Works([w._work for w in works]), outputs)
+            work = RustdistWork(combined, outputs)
             if _c10d._allow_inflight_collective_as_graph_input():
                 # wait_tensor finds the Work of an in-flight graph input by tensor.
                 for t in outputs:
