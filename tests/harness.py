@@ -9,7 +9,9 @@ fails the test with every rank's answer and the tail of its output, and kills th
 next test that needs it starts a fresh one.
 
 ``RUSTDIST_TEST_DIST=torch`` runs the same cases against ``torch.distributed`` with backend
-gloo, which validates the tests themselves; the default is ``rustdist``.
+gloo, which validates the tests themselves; the default is ``rustdist``. Adding
+``RUSTDIST_TEST_BACKEND=rustdist`` runs them through ``torch.distributed`` on rustdist's torch
+backend (the expectations stay gloo's where a case branches on the mode).
 """
 
 from __future__ import annotations
@@ -82,6 +84,9 @@ def import_dist() -> Any:
     """The module under test: rustdist, or torch.distributed in torch mode."""
     if IS_TORCH:
         import torch.distributed as dist
+
+        if "rustdist" in BACKEND:
+            import rustdist  # noqa: F401 - registers the "rustdist" torch.distributed backend
     else:
         import rustdist as dist
     return dist
