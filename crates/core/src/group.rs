@@ -359,11 +359,12 @@ impl ProcessGroup {
         self.timeout
     }
 
-    /// Queues `body`; its `Ok(Some(rank))` becomes the Work's source rank.
-    fn submit(
+    /// Queues `job` with a new Work for it to complete; queued work of an aborted group fails
+    /// instead of running.
+    fn enqueue(
         &self,
         keep: Option<Keepalive>,
-        body: impl FnOnce(&mut Engine) -> Result<Option<usize>> + Send + 'static,
+        job: impl FnOnce(&mut Engine, Work) + Send + 'static,
     ) -> Result<Work> {
         let work = Work::new(keep);
         let done = work.clone();
@@ -371,14 +372,23 @@ impl ProcessGroup {
         self.queue.push(Box::new(move |engine| {
             if queue.aborted.load(Ordering::Acquire) {
                 done.complete(Err(Error::backend("the process group was aborted")), None);
-                return;
-            }
-            match body(engine) {
-                Ok(src) => done.complete(Ok(()), src),
-                Err(e) => done.complete(Err(e), None),
+            } else {
+                job(engine, done);
             }
         }))?;
         Ok(work)
+    }
+
+    /// Queues `body`; its `Ok(Some(rank))` becomes the Work's source rank.
+    fn submit(
+        &self,
+        keep: Option<Keepalive>,
+        body: impl FnOnce(&mut Engine) -> Result<Option<usize>> + Send + 'static,
+    ) -> Result<Work> {
+        self.enqueue(keep, move |engine, done| match body(engine) {
+            Ok(src) => done.complete(Ok(()), src),
+            Err(e) => done.complete(Err(e), None),
+        })
     }
 
     fn check_rank(&self, what: &str, r: usize) -> Result<()> {
@@ -745,14 +755,7 @@ impl ProcessGroup {
         keep: Option<Keepalive>,
         post: impl FnOnce(&mut Engine, Instant, P2pDone) + Send + 'static,
     ) -> Result<Work> {
-        let work = Work::new(keep);
-        let done = work.clone();
-        let queue = self.queue.clone();
-        self.queue.push(Box::new(move |engine| {
-            if queue.aborted.load(Ordering::Acquire) {
-                done.complete(Err(Error::backend("the process group was aborted")), None);
-                return;
-            }
+        self.enqueue(keep, move |engine, done| {
             if let Err(e) = engine.check() {
                 done.complete(Err(e), None);
                 return;
@@ -766,8 +769,7 @@ impl ProcessGroup {
                     Err(e) => done.complete(Err(e), None),
                 }),
             );
-        }))?;
-        Ok(work)
+        })
     }
 
     /// Sends `t` to `dst` with `tag`; the Work completes once the bytes are handed over.
