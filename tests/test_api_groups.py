@@ -8,7 +8,7 @@ from typing import Callable
 
 import pytest
 
-from harness import World, skip_if_torch
+from harness import World, skip_if_torch, skip_torch_monitored_barrier
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -50,11 +50,13 @@ def test_concurrent_groups(worlds: Callable[[int], World], world: int) -> None:
     worlds(world).run(case("concurrent_groups"))
 
 
+@skip_torch_monitored_barrier
 @pytest.mark.parametrize("world", WORLDS)
 def test_monitored_barrier(worlds: Callable[[int], World], world: int) -> None:
     worlds(world).run(case("monitored_barrier_ok"))
 
 
+@skip_torch_monitored_barrier
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("wait_all_ranks", [True, False])
 def test_monitored_barrier_missing_ranks(short_world: Callable[..., World], wait_all_ranks: bool) -> None:

@@ -272,11 +272,9 @@ else:
         @_not_traced
         def allgather_coalesced(self, output_lists: list[list[Tensor]], inputs: list[Tensor],
                                 opts: Any = None) -> RustdistWork:
-            """all_gather of each ``inputs[i]`` into ``output_lists[i]``."""
-            api = _api()
-            works = [api.all_gather(o, i, group=self, async_op=True)
-                     for o, i in zip(output_lists, inputs)]
-            return self._work(works, [t for o in output_lists for t in o])
+            """all_gather_coalesced: ``output_lists`` laid out as torch's Python API has it."""
+            work = _api().all_gather_coalesced(output_lists, inputs, group=self, async_op=True)
+            return self._work([work], [t for o in output_lists for t in o])
 
         @_not_traced
         def _allgather_base(self, output: Tensor, input: Tensor,  # noqa: A002

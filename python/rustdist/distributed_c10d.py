@@ -124,6 +124,7 @@ def _new_process_group(store: Any, rank: int, size: int, timeout: Union[timedelt
     """A group over ``store`` (a rustdist store or a torch one) of ``size`` ranks, this one
     being group rank ``rank``; ``global_ranks`` are the members' global ranks by group rank.
     Collective over the members. Touches no world state (for torch's backend registry)."""
+    _debug.apply_env()
     core = _core.ProcessGroup(store, rank, size, _seconds(timeout), group_name)
     return ProcessGroup(core, list(global_ranks), backend, world=False)
 
