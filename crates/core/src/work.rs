@@ -66,10 +66,12 @@ impl Work {
             }
             st.outcome = Some(outcome.clone());
             st.source_rank = source_rank;
+            // Set with the outcome, under the lock: a waiter that sees the outcome must also
+            // see is_completed().
+            self.inner.done.store(true, Ordering::Release);
             (std::mem::take(&mut st.callbacks), st.keepalive.take())
         };
         drop(keepalive);
-        self.inner.done.store(true, Ordering::Release);
         self.inner.cond.notify_all();
         for cb in callbacks {
             cb(&outcome);
