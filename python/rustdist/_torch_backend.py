@@ -15,6 +15,7 @@ group's name, which :func:`_create` sets to torch's group name).
 
 import functools
 import sys
+from collections import deque
 from datetime import timedelta
 from typing import Any, Callable, List, Optional, TypeVar
 
@@ -169,6 +170,11 @@ else:
             self._td_name: Optional[str] = None
             self._td_desc = ""
 
+        # torch < 2.13 keeps only the C++ half of a Work a functional collective registers:
+        # once the Python object is gone, wait_tensor calls the base Work::wait, which never
+        # returns. The most recent Works stay alive here so their wait() is the one called.
+        _recent_works: deque = deque(maxlen=4096)
+
         def _work(self, works: list[Any], outputs: list[Tensor]) -> RustdistWork:
             if len(works) == 1:
                 combined = works[0]
@@ -176,6 +182,7 @@ else:
                 api = _api()
                 combined = api.Work(api._Works([w._work for w in works]), outputs)
             work = RustdistWork(combined, outputs)
+            GroupBase._recent_works.append(work)
             if _c10d._allow_inflight_collective_as_graph_input():
                 # wait_tensor finds the Work of an in-flight graph input by tensor.
                 for t in outputs:
