@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use rustdist_core::algorithms::select::AllReduceAlgo;
 use rustdist_core::algorithms::{all_reduce, AlgoOverrides};
+use rustdist_core::cancel::Cancel;
 use rustdist_core::store::{HashStore, Store};
 use rustdist_core::transport::mesh::MeshTransport;
 use rustdist_core::transport::{OpCtx, Signature, Transport};
@@ -60,7 +61,9 @@ impl World {
     fn new(n: usize, algos: AlgoOverrides, shared_memory: bool) -> World {
         let store: Arc<dyn Store> = Arc::new(HashStore::new());
         let connect = move |store: Arc<dyn Store>, rank| {
-            MeshTransport::connect(store, "bench", rank, n, 0, TIMEOUT, shared_memory).unwrap()
+            let cancel = Arc::new(Cancel::default());
+            MeshTransport::connect(store, "bench", rank, n, 0, TIMEOUT, shared_memory, cancel)
+                .unwrap()
         };
         let workers = (1..n)
             .map(|rank| {

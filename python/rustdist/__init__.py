@@ -2,10 +2,14 @@
 
 ``import rustdist as dist`` in place of ``import torch.distributed as dist``: the same
 functions, arguments and errors, on torch CPU tensors or numpy arrays. Importing rustdist also
-registers the ``"rustdist"`` backend with ``torch.distributed`` (when torch is installed).
+registers the ``"rustdist"`` backend with ``torch.distributed`` (when torch is installed), and
+rustdist's world is torch's: after ``rustdist.init_process_group()``, DDP, FSDP2, DeviceMesh
+and every torch API run on rustdist's engine. Every other public name of torch.distributed is
+reachable here too (``rustdist.DeviceMesh``, ``rustdist.checkpoint``, ...), resolved lazily.
 """
 
 import warnings as _warnings
+from typing import Any as _Any
 
 from ._core import FileStore, HashStore, PrefixStore, Store, TCPStore, __version__
 from ._debug import (
@@ -25,7 +29,11 @@ from ._objects import (
     send_object_list,
 )
 from ._reduce_op import _make_nccl_premul_sum, make_premul_sum
+from ._namespace import install as _install_namespace
+from ._namespace import names as _torch_names
+from ._namespace import resolve as _resolve_torch_name
 from ._torch_backend import register as _register_torch_backend
+from .device_mesh import init_device_mesh
 from .distributed_c10d import (
     Backend,
     GroupMember,
@@ -50,6 +58,7 @@ from .distributed_c10d import (
     get_backend,
     get_global_rank,
     get_group_rank,
+    get_node_local_rank,
     get_process_group_ranks,
     get_rank,
     get_world_size,
@@ -73,6 +82,19 @@ from .distributed_c10d import (
 )
 
 _register_torch_backend()
+_install_namespace()
+
+
+def __getattr__(name: str) -> _Any:
+    """torch.distributed's ``name`` for a name rustdist does not define (resolved lazily)."""
+    if name.startswith("__"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return _resolve_torch_name(name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_torch_names()))
+
 
 try:  # like torch, the debug level starts from the environment
     set_debug_level_from_env()
@@ -88,7 +110,8 @@ __all__ = [
     "all_to_all", "all_to_all_single", "barrier", "batch_isend_irecv", "breakpoint",
     "broadcast", "broadcast_object_list", "default_pg_timeout", "destroy_process_group",
     "gather", "gather_object", "get_backend", "get_debug_level", "get_global_rank",
-    "get_group_rank", "get_process_group_ranks", "get_rank", "get_world_size", "group",
+    "get_group_rank", "get_node_local_rank", "get_process_group_ranks", "get_rank",
+    "get_world_size", "group", "init_device_mesh",
     "init_process_group", "irecv", "is_available", "is_initialized", "isend",
     "make_premul_sum", "monitored_barrier", "new_group", "new_subgroups",
     "new_subgroups_by_enumeration", "recv", "recv_object_list", "reduce", "reduce_scatter",

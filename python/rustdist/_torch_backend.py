@@ -15,7 +15,6 @@ group's name, which :func:`_create` sets to torch's group name).
 
 import functools
 import sys
-from collections import deque
 from datetime import timedelta
 from typing import Any, Callable, List, Optional, TypeVar
 
@@ -81,8 +80,7 @@ if torch is None:
 else:
     from torch import Tensor
 
-    _c10d = torch._C._distributed_c10d
-    _Work: type = _td._Work
+    from . import _torch_private as _private
 
     @torch.jit.ignore
     def _outputs_or_raise(done: List[Tensor], outputs: List[Tensor]) -> List[Tensor]:
@@ -109,7 +107,7 @@ else:
         # annotations` in this module: TorchScript cannot resolve string annotations here.)
         return torch.jit.fork(_await_outputs, fut, outputs)
 
-    class RustdistWork(_Work):
+    class RustdistWork(_private.WorkBase):
         """A ``torch.distributed.Work`` over a rustdist Work (one op, or coalesced ones
         combined by rustdist)."""
 
@@ -170,11 +168,6 @@ else:
             self._td_name: Optional[str] = None
             self._td_desc = ""
 
-        # torch < 2.13 keeps only the C++ half of a Work a functional collective registers:
-        # once the Python object is gone, wait_tensor calls the base Work::wait, which never
-        # returns. The most recent Works stay alive here so their wait() is the one called.
-        _recent_works: deque = deque(maxlen=4096)
-
         def _work(self, works: list[Any], outputs: list[Tensor]) -> RustdistWork:
             if len(works) == 1:
                 combined = works[0]
@@ -182,11 +175,8 @@ else:
                 api = _api()
                 combined = api.Work(api._Works([w._work for w in works]), outputs)
             work = RustdistWork(combined, outputs)
-            GroupBase._recent_works.append(work)
-            if _c10d._allow_inflight_collective_as_graph_input():
-                # wait_tensor finds the Work of an in-flight graph input by tensor.
-                for t in outputs:
-                    _c10d._register_work(t, work)
+            _private.keep_for_functional_collectives(work, outputs)
+            _private.register_inflight_outputs(work, outputs)
             return work
 
         # -- identity ---------------------------------------------------------------------
@@ -233,7 +223,7 @@ else:
         @_not_traced
         def shutdown(self) -> None:
             """Leaves the group cleanly (``destroy_process_group`` calls this)."""
-            self._pg.shutdown()
+            self._shutdown()
 
         # -- collectives ------------------------------------------------------------------
 
@@ -414,8 +404,8 @@ else:
 
         torch's C++ kernel asks the group for its per-device C++ backend, which a Python
         group lacks; this one calls the group's ``all_gather_single`` (any torch group)."""
-        group = _c10d._resolve_process_group(group_name)
-        group.all_gather_single(out, input.contiguous(), _c10d.AllgatherOptions()).wait()
+        group = _private.resolve_group(group_name)
+        group.all_gather_single(out, input.contiguous(), _private.allgather_options()).wait()
         return out
 
     def _create(opts: Any, pg_options: Any) -> GroupBase:
@@ -435,13 +425,12 @@ else:
     def register() -> None:
         """Registers backend ``"rustdist"`` with ``torch.distributed`` (CPU tensors), and the
         functional-collective kernel it needs. A no-op when already registered."""
-        if BACKEND_NAME.upper() in _td.Backend._plugins:
+        if hasattr(_td.Backend, BACKEND_NAME.upper()):
             return
         _td.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=["cpu"])
         if not _kernels:
-            lib = torch.library.Library("_c10d_functional", "IMPL")
-            lib.impl("all_gather_into_tensor_out", _all_gather_into_tensor_out, "CPU")
-            _kernels.append(lib)
+            _kernels.append(_private.register_functional_cpu_kernel(
+                "all_gather_into_tensor_out", _all_gather_into_tensor_out))
 
 
 __all__ = ["BACKEND_NAME", "GroupBase", "register"]

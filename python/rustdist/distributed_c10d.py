@@ -20,14 +20,15 @@ from ._errors import DistNetworkError, DistStoreError
 from ._reduce_op import ReduceOp, op_args, supports_complex
 from ._tensor import COMPLEX_CODES, ITEMSIZE, buffer, concat
 
-try:  # the torch backend's base class; plain object until that module exists
-    from ._torch_backend import GroupBase
-except ImportError:
-    GroupBase = object
+from ._torch_backend import GroupBase
 
 _TorchFuture: Any = None
-try:  # torch is optional: without it get_future() returns a minimal future.
+_torch_world: Any = None
+try:  # torch is optional: without it get_future() returns a minimal future, and rustdist
+    # keeps its world itself.
     import torch.futures
+
+    from . import _torch_world
 
     _TorchFuture = torch.futures.Future
 except ImportError:
@@ -72,8 +73,7 @@ class ProcessGroup(GroupBase):  # type: ignore[misc, valid-type]
     collective."""
 
     def __init__(self, pg: Any, ranks: list[int], backend: str, world: bool) -> None:
-        if GroupBase is not object:
-            super().__init__(pg.rank, pg.size)
+        super().__init__(pg.rank, pg.size)
         self._pg = pg
         self._ranks = ranks
         # global -> group rank; None on WORLD, where both are the same
@@ -114,6 +114,13 @@ class ProcessGroup(GroupBase):  # type: ignore[misc, valid-type]
             raise ValueError(f"Group rank {group_rank} is not part of group {self}")
         return self._ranks[group_rank]
 
+    def _shutdown(self) -> None:
+        """Leaves the engine group (queued work still runs); forgets it as the default."""
+        global _default_pg
+        if _default_pg is self:
+            _default_pg = None
+        self._pg.shutdown()
+
     def __repr__(self) -> str:
         return f"<rustdist.ProcessGroup {self.group_name!r} rank {self._rank} of {self._size}>"
 
@@ -129,9 +136,12 @@ def _new_process_group(store: Any, rank: int, size: int, timeout: Union[timedelt
     return ProcessGroup(core, list(global_ranks), backend, world=False)
 
 
-# World state: the default group and the store it was built on (kept alive with the group:
-# rank 0's TCPStore serves the others). _generation numbers this process's inits, so that
-# re-initialising on the same store never reads an earlier init's keys.
+# World state. With torch importable, torch's world is the world (see _torch_world) and
+# _default_pg caches its default group, found on first use and forgotten by that group's
+# shutdown; without torch, rustdist keeps the world here. _default_store is the store the
+# default group was built on (kept alive with it: rank 0's TCPStore serves the others).
+# _generation numbers this process's inits, so that re-initialising on the same store never
+# reads an earlier init's keys.
 _default_pg: Optional[ProcessGroup] = None
 _default_store: Any = None
 _generation = 0
@@ -149,12 +159,25 @@ _NOT_INITIALIZED = (
 )
 
 
+def _default() -> Any:
+    """The default group, or None before init: rustdist's, or (torch importable) torch's
+    default group, which is a rustdist group unless torch was initialised with another
+    backend."""
+    global _default_pg
+    if _default_pg is not None or _torch_world is None:
+        return _default_pg
+    pg = _torch_world.default_group()
+    if isinstance(pg, ProcessGroup):
+        _default_pg = pg
+    return pg
+
+
 class _WorldMeta(type):
     """Meta class of ``group`` and ``GroupMember``: gives them the class property ``WORLD``."""
 
     @property
     def WORLD(cls) -> Optional[ProcessGroup]:  # noqa: N802 - torch's name
-        return _default_pg
+        return _default()
 
 
 class group(metaclass=_WorldMeta):  # noqa: N801 - torch's name
@@ -173,16 +196,25 @@ def _group(grp: Any) -> Optional[ProcessGroup]:
     if pg.__class__ is ProcessGroup:
         return pg
     if pg is None:
-        raise ValueError(_NOT_INITIALIZED)
+        pg = _default()
+        if pg is None:
+            raise ValueError(_NOT_INITIALIZED)
     if isinstance(pg, ProcessGroup):
         return pg
     if pg == GroupMember.NON_GROUP_MEMBER:
         return None
+    if grp is None:
+        raise ValueError(
+            f"The default process group was created by torch.distributed with backend "
+            f"{pg.name()!r}: rustdist's functions run on rustdist groups; initialise with "
+            "rustdist.init_process_group or backend 'rustdist'"
+        )
     raise ValueError(f"Invalid process group specified: {grp!r}")
 
 
 def _not_member(op: str) -> None:
-    rank = -1 if _default_pg is None else _default_pg._rank
+    default = _default()
+    rank = -1 if default is None else default._rank
     warnings.warn(
         f"Running {op} on global rank {rank} which does not belong to the given group.",
         stacklevel=4,  # the user's call: past this, the op and its exception_logger
@@ -353,17 +385,58 @@ def is_available() -> bool:
 
 def is_initialized() -> bool:
     """Check if the default process group has been initialized."""
-    return _default_pg is not None
+    return _default() is not None
 
 
-def _env(var: str) -> str:
-    value = os.environ.get(var)
-    if not value:
-        raise ValueError(
-            "Error initializing rustdist using env:// rendezvous: "
-            f"environment variable {var} expected, but not set"
-        )
-    return value
+# Where launchers put a process's rank, world size and node-local rank: torchrun (and torch's
+# launch utility), then Slurm's srun, then Open MPI's mpirun.
+_RANK_VARS = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK")
+_SIZE_VARS = ("WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE")
+_LOCAL_RANK_VARS = ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK")
+
+
+def _env(*names: str) -> str:
+    """The first of the environment variables ``names`` that is set (env:// rendezvous)."""
+    for var in names:
+        value = os.environ.get(var)
+        if value:
+            return value
+    raise ValueError(
+        "Error initializing rustdist using env:// rendezvous: "
+        f"environment variable {' or '.join(names)} expected, but not set"
+    )
+
+
+def get_node_local_rank(fallback_rank: Optional[int] = None) -> int:
+    """Return the local rank of the current process relative to the node: ``LOCAL_RANK``
+    (torchrun), else ``SLURM_LOCALID`` (srun), else ``OMPI_COMM_WORLD_LOCAL_RANK`` (mpirun),
+    else ``fallback_rank`` if given.
+
+    Raises:
+        RuntimeError: if no launcher set a local rank and ``fallback_rank`` is None.
+    """
+    for var in _LOCAL_RANK_VARS:
+        if var in os.environ:
+            return int(os.environ[var])
+    if fallback_rank is not None:
+        return int(fallback_rank)
+    raise RuntimeError(
+        "LOCAL_RANK is not in the environment. Consider passing fallback_rank to allow "
+        "`get_node_local_rank` to work, assuming you are not running in a multi-device "
+        "context and want the code to run locally instead."
+    )
+
+
+def _agent_store() -> bool:
+    """torchrun's agent already serves the store on MASTER_ADDR:MASTER_PORT."""
+    return os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+
+
+def _store_prefix() -> str:
+    """Keys of this init: apart from earlier inits of this process, and (under torchrun,
+    whose store outlives restarts) from earlier attempts of the job."""
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return f"rustdist/{attempt}/{_generation}"
 
 
 def _rendezvous(url: str, rank: int, world_size: int, timeout: timedelta) -> tuple[Any, int, int]:
@@ -382,8 +455,8 @@ def _rendezvous(url: str, rank: int, world_size: int, timeout: timedelta) -> tup
         world_size = int(query["world_size"])
     what = f"Error initializing rustdist using {u.scheme}:// rendezvous: "
     if u.scheme == "env":
-        rank = int(_env("RANK")) if rank == -1 else rank
-        world_size = int(_env("WORLD_SIZE")) if world_size == -1 else world_size
+        rank = int(_env(*_RANK_VARS)) if rank == -1 else rank
+        world_size = int(_env(*_SIZE_VARS)) if world_size == -1 else world_size
         host, port = _env("MASTER_ADDR"), int(_env("MASTER_PORT"))
     elif u.scheme == "tcp":
         if u.port is None:
@@ -402,6 +475,12 @@ def _rendezvous(url: str, rank: int, world_size: int, timeout: timedelta) -> tup
         return _core.FileStore(u.path, world_size), rank, world_size
     if not 0 <= port < 2**16:
         raise ValueError(f"port must have value from 0 to 65535 but was {port}.")
+    if _agent_store():
+        if _torch_world is None:
+            raise RuntimeError("torchrun's agent store needs torch (its TCPStore protocol)")
+        import torch.distributed as td
+
+        return td.TCPStore(host, port, world_size, False, timeout=timeout), rank, world_size
     return _tcp_store(host, port, rank, world_size, timeout), rank, world_size
 
 
@@ -452,7 +531,14 @@ def init_process_group(
     Either give ``store``, ``rank`` and ``world_size``, or an ``init_method`` URL: ``env://``
     (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE; the default), ``tcp://host:port`` or
     ``file:///path``, with ``rank`` and ``world_size`` as arguments or in the URL query. Rank 0
-    of ``env://`` and ``tcp://`` hosts the TCPStore.
+    of ``env://`` and ``tcp://`` hosts the TCPStore; under torchrun every rank joins the store
+    its agent serves. Without RANK and WORLD_SIZE, ``env://`` reads Slurm's (SLURM_PROCID,
+    SLURM_NTASKS) or Open MPI's (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE), so ``srun`` and
+    ``mpirun`` launch rustdist programs directly.
+
+    With torch importable the group is torch's default group too (created through
+    ``torch.distributed.init_process_group`` with backend ``"rustdist"``): DDP, FSDP2,
+    DeviceMesh, DTensor and every torch API without ``group=`` run on rustdist's engine.
 
     Args:
         backend: ``"rustdist"`` (the default), or ``"gloo"``, ``"cpu:gloo"``,
@@ -471,7 +557,7 @@ def init_process_group(
     as well as at import.
     """
     global _default_pg, _default_store, _generation
-    if _default_pg is not None:
+    if is_initialized():
         raise ValueError("trying to initialize the default process group twice!")
     if store is not None and init_method is not None:
         raise AssertionError("Cannot specify both init_method and store.")
@@ -504,9 +590,14 @@ def init_process_group(
         store.set_timeout(timeout)
     if not 0 <= rank < world_size:
         raise ValueError(f"Invalid rank {rank}: it must be in [0, world_size={world_size})")
-    prefixed = _core.PrefixStore(f"rustdist/{_generation}", store)
-    pg = _core.ProcessGroup(prefixed, rank, world_size, timeout.total_seconds(), "0")
-    _default_pg = ProcessGroup(pg, list(range(world_size)), name, world=True)
+    if _torch_world is not None:
+        pg = _torch_world.init(store, _store_prefix(), rank, world_size, timeout)
+    else:
+        prefixed = _core.PrefixStore(_store_prefix(), store)
+        core = _core.ProcessGroup(prefixed, rank, world_size, timeout.total_seconds(), "0")
+        pg = ProcessGroup(core, list(range(world_size)), name, world=True)
+    pg._backend = name
+    _default_pg = pg
     _default_store = store
     logger.info("rank %d: initialized the default process group (backend %s, world size %d)",
                 rank, name, world_size)
@@ -523,15 +614,23 @@ def destroy_process_group(group: Optional[ProcessGroup] = None) -> None:
     global _default_pg, _default_store, _group_count, _non_member_ranks
     if group.__class__ is int and group == GroupMember.NON_GROUP_MEMBER:
         return
-    pg = _default_pg if group is None else group
+    default = _default()
+    pg = default if group is None else group
     if pg is None:
         raise AssertionError("Process group cannot be None")
+    if _torch_world is not None:
+        logger.info("destroying process group %s", getattr(pg, "group_name", pg))
+        _torch_world.destroy(group)  # shuts down the group(s): see ProcessGroup._shutdown
+        if pg is default:
+            _default_pg = _default_store = None
+            _non_member_ranks = None
+        return
     if pg is not _default_pg:
         if _subgroups.get(getattr(pg, "group_name", None)) is not pg:
             raise ValueError("Invalid process group specified")
         del _subgroups[pg.group_name]
         logger.info("destroying process group %s (ranks %s)", pg.group_name, pg._ranks)
-        pg._pg.shutdown()
+        pg._shutdown()
         return
     subgroups = list(_subgroups.values())
     # cleared first: init works again even if a shutdown fails
@@ -543,8 +642,8 @@ def destroy_process_group(group: Optional[ProcessGroup] = None) -> None:
     logger.info("rank %d: destroying the default process group and %d subgroups", pg._rank,
                 len(subgroups))
     for sub in subgroups:
-        sub._pg.shutdown()
-    pg._pg.shutdown()
+        sub._shutdown()
+    pg._shutdown()
 
 
 def get_rank(group: Optional[ProcessGroup] = None) -> int:
@@ -577,7 +676,7 @@ def _registered(group: Any) -> dict[int, int]:
         if _non_member_ranks is not None:
             return {g: i for i, g in enumerate(_non_member_ranks)}
     elif isinstance(group, ProcessGroup) and (
-        group is _default_pg or _subgroups.get(group.group_name) is group
+        group is _default() or _subgroups.get(group.group_name) is group
         or group._group_ranks is not None
     ):
         return {g: i for i, g in enumerate(group._ranks)}
@@ -593,7 +692,7 @@ def get_group_rank(group: ProcessGroup, global_rank: int) -> int:
     ``global_rank`` must be part of ``group`` otherwise this raises ValueError. Calling this
     function on the default process group returns identity.
     """
-    if group is _default_pg and group is not None:
+    if group is not None and group is _default():
         return global_rank
     ranks = _registered(group)
     if global_rank not in ranks:
@@ -607,7 +706,7 @@ def get_global_rank(group: ProcessGroup, group_rank: int) -> int:
     ``group_rank`` must be part of ``group`` otherwise this raises ValueError. Calling this
     function on the default process group returns identity.
     """
-    if group is _default_pg and group is not None:
+    if group is not None and group is _default():
         return group_rank
     for global_rank, rank in _registered(group).items():
         if rank == group_rank:
@@ -618,9 +717,10 @@ def get_global_rank(group: ProcessGroup, group_rank: int) -> int:
 def get_process_group_ranks(group: Optional[ProcessGroup]) -> list[int]:
     """Get all global ranks of ``group`` (None: the default group), ordered by group rank."""
     if group is None:
-        if _default_pg is None:
+        default = _default()
+        if default is None:
             raise ValueError(_NOT_INITIALIZED)
-        return list(_default_pg._ranks)
+        return list(default._ranks)
     try:
         return list(_registered(group))
     except ValueError:
@@ -663,12 +763,16 @@ def new_group(ranks: Optional[list[int]] = None, timeout: Optional[timedelta] = 
 
     Returns:
         A handle of the group for collectives; ``GroupMember.NON_GROUP_MEMBER`` on ranks that
-        are not members.
+        are not members. With torch importable the group is a torch group too (made by
+        ``torch.distributed.new_group`` with backend ``"rustdist"``).
     """
     global _group_count, _non_member_ranks
-    default = _default_pg
+    default = _default()
     if default is None:
         raise ValueError(_NOT_INITIALIZED)
+    if not isinstance(default, ProcessGroup):
+        raise ValueError(f"The default process group was created by torch.distributed with "
+                         f"backend {default.name()!r}: use torch.distributed.new_group")
     name = default._backend if not backend else Backend(backend)
     if name not in _SUPPORTED_BACKENDS:
         raise ValueError(f"Unsupported backend {backend!r} for new_group: rustdist supports "
@@ -694,6 +798,14 @@ def new_group(ranks: Optional[list[int]] = None, timeout: Optional[timedelta] = 
                                  f"{world_size - 1} (world_size={world_size})")
     else:
         ranks = list(range(world_size))
+    if _torch_world is not None:
+        pg = _torch_world.new_group(ranks, timeout, pg_options, use_local_synchronization,
+                                    group_desc, sort_ranks)
+        if isinstance(pg, ProcessGroup):
+            pg._backend = name
+        elif pg is not None:
+            _non_member_ranks = ranks
+        return pg
     if use_local_synchronization:
         key = tuple(ranks)
         nth = _local_group_counts.get(key, 0)
@@ -705,7 +817,7 @@ def new_group(ranks: Optional[list[int]] = None, timeout: Optional[timedelta] = 
     if global_rank not in ranks:
         _non_member_ranks = ranks
         return GroupMember.NON_GROUP_MEMBER
-    store = _core.PrefixStore(f"rustdist/{_generation}/group/{group_name}", _default_store)
+    store = _core.PrefixStore(f"{_store_prefix()}/group/{group_name}", _default_store)
     core = _core.ProcessGroup(store, ranks.index(global_rank), len(ranks),
                               timeout.total_seconds(), group_name)
     pg = ProcessGroup(core, ranks, name, world=False)
@@ -1653,7 +1765,7 @@ class P2POp:
                  group_peer: Optional[int] = None) -> None:
         self.op = op
         self.tensor = tensor
-        pg = _default_pg if group is None else group
+        pg = _default() if group is None else group
         if pg is None:
             raise ValueError(_NOT_INITIALIZED)
         self.group: Any = pg
@@ -1732,7 +1844,8 @@ __all__ = [
     "all_gather_coalesced", "all_gather_into_tensor", "all_gather_single", "all_reduce",
     "all_reduce_coalesced", "all_to_all", "all_to_all_single", "barrier", "batch_isend_irecv",
     "broadcast", "default_pg_timeout", "destroy_process_group", "gather", "get_backend",
-    "get_global_rank", "get_group_rank", "get_process_group_ranks", "get_rank",
+    "get_global_rank", "get_group_rank", "get_node_local_rank", "get_process_group_ranks",
+    "get_rank",
     "get_world_size", "group", "init_process_group", "irecv", "is_available", "is_initialized",
     "isend", "monitored_barrier", "new_group", "new_subgroups", "new_subgroups_by_enumeration",
     "recv", "reduce", "reduce_scatter", "reduce_scatter_single", "reduce_scatter_tensor",

@@ -24,6 +24,9 @@ pub enum Error {
     /// A collective failed: timeout, mismatch between ranks, aborted group (`DistBackendError`).
     #[error("{0}")]
     Backend(String),
+    /// A blocking call on an interruptible thread was interrupted (`KeyboardInterrupt`).
+    #[error("interrupted")]
+    Interrupted,
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -2,11 +2,12 @@
 //! group's operations in issue order.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::algorithms::{self, AlgoOverrides};
+use crate::cancel::Cancel;
 use crate::error::{Error, Result};
 use crate::reduce;
 use crate::spin::Spin;
@@ -31,8 +32,6 @@ struct Queue {
     /// Jobs queued and not yet taken, readable without the lock.
     queued: AtomicUsize,
     cond: Condvar,
-    /// Set when the group is aborted: queued work fails instead of running.
-    aborted: AtomicBool,
 }
 
 impl Queue {
@@ -210,6 +209,9 @@ pub struct ProcessGroup {
     name: String,
     timeout: Duration,
     queue: Arc<Queue>,
+    /// Raised by `abort` or an interrupted wait: the operation in progress stops, queued and
+    /// later ones fail.
+    cancel: Arc<Cancel>,
     worker: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
@@ -291,6 +293,7 @@ impl ProcessGroup {
         let algos = AlgoOverrides::from_env()?;
         // RUSTDIST_SHM=0 keeps peers on one host on TCP (every rank must agree).
         let shared_memory = std::env::var("RUSTDIST_SHM").map_or(true, |v| v != "0");
+        let cancel = Arc::new(Cancel::default());
         let transport = MeshTransport::connect(
             store,
             name,
@@ -299,6 +302,7 @@ impl ProcessGroup {
             group_id(name),
             timeout,
             shared_memory,
+            cancel.clone(),
         )?;
         let queue = Arc::new(Queue::default());
         let mut engine = Engine {
@@ -339,6 +343,7 @@ impl ProcessGroup {
             name: name.to_string(),
             timeout,
             queue,
+            cancel,
             worker: Mutex::new(Some(worker)),
         })
     }
@@ -359,33 +364,34 @@ impl ProcessGroup {
         self.timeout
     }
 
-    /// Queues `job` with a new Work for it to complete; queued work of an aborted group fails
-    /// instead of running.
+    /// Queues `job` (operation `what`) with a new Work for it to complete; an aborted group
+    /// refuses new work, and its queued work fails instead of running.
     fn enqueue(
         &self,
         keep: Option<Keepalive>,
+        what: &'static str,
         job: impl FnOnce(&mut Engine, Work) + Send + 'static,
     ) -> Result<Work> {
-        let work = Work::new(keep);
+        self.cancel.check()?;
+        let work = Work::owned(keep, &self.cancel, what);
         let done = work.clone();
-        let queue = self.queue.clone();
-        self.queue.push(Box::new(move |engine| {
-            if queue.aborted.load(Ordering::Acquire) {
-                done.complete(Err(Error::backend("the process group was aborted")), None);
-            } else {
-                job(engine, done);
-            }
-        }))?;
+        let cancel = self.cancel.clone();
+        self.queue
+            .push(Box::new(move |engine| match cancel.check() {
+                Err(e) => done.complete(Err(e), None),
+                Ok(()) => job(engine, done),
+            }))?;
         Ok(work)
     }
 
-    /// Queues `body`; its `Ok(Some(rank))` becomes the Work's source rank.
+    /// Queues `body` (operation `what`); its `Ok(Some(rank))` becomes the Work's source rank.
     fn submit(
         &self,
         keep: Option<Keepalive>,
+        what: &'static str,
         body: impl FnOnce(&mut Engine) -> Result<Option<usize>> + Send + 'static,
     ) -> Result<Work> {
-        self.enqueue(keep, move |engine, done| match body(engine) {
+        self.enqueue(keep, what, move |engine, done| match body(engine) {
             Ok(src) => done.complete(Ok(()), src),
             Err(e) => done.complete(Err(e), None),
         })
@@ -437,7 +443,7 @@ impl ProcessGroup {
             count: t.numel as u64,
         };
         let in_place = root.is_none_or(|r| r == self.rank);
-        self.submit(keep, move |eng| {
+        self.submit(keep, sig.kind.name(), move |eng| {
             let size = eng.size;
             eng.collective(sig, kernel_op(red.op), |tr, ctx, algos| {
                 // SAFETY: the caller keeps `t` alive and untouched until the Work completes.
@@ -502,7 +508,7 @@ impl ProcessGroup {
             count,
         };
         let rank = self.rank;
-        self.submit(keep, move |eng| {
+        self.submit(keep, kind.name(), move |eng| {
             eng.collective(sig, ReduceOp::Sum, |tr, ctx, _| {
                 for (src, dst) in to_self.iter().zip(&from_self) {
                     // SAFETY: both blocks are alive until the Work completes; ptr::copy allows
@@ -542,7 +548,7 @@ impl ProcessGroup {
     /// others wait for rank 0's verdict. A failure here does not break the group.
     pub fn monitored_barrier(&self, timeout: Duration, wait_all_ranks: bool) -> Result<Work> {
         let (rank, size) = (self.rank, self.size);
-        self.submit(None, move |eng| {
+        self.submit(None, "monitored_barrier", move |eng| {
             eng.check()?;
             eng.monitored += 1;
             // Tags below every user tag, one pair per call, so late arrivals never match.
@@ -622,7 +628,7 @@ impl ProcessGroup {
             op: ReduceOp::Sum,
             count: t.numel as u64,
         };
-        self.submit(keep, move |eng| {
+        self.submit(keep, "broadcast", move |eng| {
             eng.collective(sig, ReduceOp::Sum, |tr, ctx, algos| {
                 // SAFETY: the caller keeps `t` alive and untouched until the Work completes.
                 let buf = unsafe { t.buf.as_mut_slice() };
@@ -666,7 +672,7 @@ impl ProcessGroup {
             count: input.numel as u64,
         };
         let rank = self.rank;
-        self.submit(keep, move |eng| {
+        self.submit(keep, "all_gather", move |eng| {
             eng.collective(sig, ReduceOp::Sum, |tr, ctx, algos| {
                 let own = outputs[rank];
                 // SAFETY: both views are alive until the Work completes; ptr::copy allows the
@@ -718,7 +724,7 @@ impl ProcessGroup {
             op: red.op,
             count: output.numel as u64,
         };
-        self.submit(keep, move |eng| {
+        self.submit(keep, "reduce_scatter", move |eng| {
             let size = eng.size;
             eng.collective(sig, kernel_op(red.op), |tr, ctx, algos| {
                 // SAFETY: the caller keeps both tensors alive and untouched until completion.
@@ -740,7 +746,7 @@ impl ProcessGroup {
             op: ReduceOp::Sum,
             count: 0,
         };
-        self.submit(None, move |eng| {
+        self.submit(None, "barrier", move |eng| {
             eng.collective(sig, ReduceOp::Sum, |tr, ctx, algos| {
                 algorithms::barrier(tr, ctx, algos)
             })?;
@@ -753,9 +759,10 @@ impl ProcessGroup {
     fn submit_p2p(
         &self,
         keep: Option<Keepalive>,
+        what: &'static str,
         post: impl FnOnce(&mut Engine, Instant, P2pDone) + Send + 'static,
     ) -> Result<Work> {
-        self.enqueue(keep, move |engine, done| {
+        self.enqueue(keep, what, move |engine, done| {
             if let Err(e) = engine.check() {
                 done.complete(Err(e), None);
                 return;
@@ -775,7 +782,7 @@ impl ProcessGroup {
     /// Sends `t` to `dst` with `tag`; the Work completes once the bytes are handed over.
     pub fn send(&self, t: Tensor, dst: usize, tag: i64, keep: Option<Keepalive>) -> Result<Work> {
         self.check_rank("send destination rank", dst)?;
-        self.submit_p2p(keep, move |eng, deadline, done| {
+        self.submit_p2p(keep, "send", move |eng, deadline, done| {
             eng.transport.post_send(dst, tag, t.buf, deadline, done)
         })
     }
@@ -792,7 +799,7 @@ impl ProcessGroup {
         if let Some(s) = src {
             self.check_rank("recv source rank", s)?;
         }
-        self.submit_p2p(keep, move |eng, deadline, done| {
+        self.submit_p2p(keep, "recv", move |eng, deadline, done| {
             eng.transport.post_recv(src, tag, t.buf, deadline, done)
         })
     }
@@ -813,10 +820,11 @@ impl ProcessGroup {
         }
     }
 
-    /// Fails all queued work and tells the peers; the operation in progress ends at its timeout
-    /// or when its peers fail.
+    /// Fails the operation in progress (at its next poll, within milliseconds) and all queued
+    /// work, and tells the peers.
     pub fn abort(&self) {
-        self.queue.aborted.store(true, Ordering::Release);
+        self.cancel
+            .raise(Error::backend("the process group was aborted"));
         let _ = self.queue.push(Box::new(|engine| {
             let outcome: Result<()> = Err(Error::backend("the process group was aborted"));
             let _ = engine.record(outcome);

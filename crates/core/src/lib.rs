@@ -5,8 +5,10 @@
 //! collective as a [`work::Work`] on the group's own worker thread.
 
 pub mod algorithms;
+pub mod cancel;
 pub mod error;
 pub mod group;
+pub mod interrupt;
 pub mod reduce;
 pub mod spin;
 pub mod store;

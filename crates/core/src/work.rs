@@ -2,10 +2,12 @@
 
 use std::any::Any;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
+use crate::cancel::Cancel;
 use crate::error::{Error, Result};
+use crate::interrupt;
 use crate::spin::Spin;
 
 /// Called once with the outcome when the Work completes.
@@ -27,6 +29,9 @@ struct Inner {
     done: AtomicBool,
     state: Mutex<State>,
     cond: Condvar,
+    /// The group whose operation this is, and the operation's name: a wait interrupted by the
+    /// user fails that group (the operation cannot be finished without this rank).
+    owner: Option<(Weak<Cancel>, &'static str)>,
 }
 
 /// A shared handle: the group's worker completes it, callers wait on it.
@@ -36,7 +41,16 @@ pub struct Work {
 }
 
 impl Work {
-    pub(crate) fn new(keepalive: Option<Keepalive>) -> Work {
+    /// A Work of operation `what` of the group that `owner` cancels.
+    pub(crate) fn owned(
+        keepalive: Option<Keepalive>,
+        owner: &Arc<Cancel>,
+        what: &'static str,
+    ) -> Work {
+        Self::build(keepalive, Some((Arc::downgrade(owner), what)))
+    }
+
+    fn build(keepalive: Option<Keepalive>, owner: Option<(Weak<Cancel>, &'static str)>) -> Work {
         Work {
             inner: Arc::new(Inner {
                 done: AtomicBool::new(false),
@@ -45,6 +59,7 @@ impl Work {
                     ..State::default()
                 }),
                 cond: Condvar::new(),
+                owner,
             }),
         }
     }
@@ -97,6 +112,8 @@ impl Work {
 
     /// Waits until completed, then returns its outcome. With a `timeout` that passes first it
     /// fails with [`Error::Backend`] and the Work keeps running (it can be waited on again).
+    /// An interruption (see [`interrupt`]) fails the owning group and returns
+    /// [`Error::Interrupted`].
     pub fn wait(&self, timeout: Option<Duration>) -> Result<()> {
         let start = Instant::now();
         let mut spin = Spin::new();
@@ -111,28 +128,40 @@ impl Work {
         let deadline = timeout.map(|t| start + t);
         let mut st = self.state();
         while st.outcome.is_none() {
-            st = match deadline {
-                None => self
-                    .inner
-                    .cond
-                    .wait(st)
-                    .unwrap_or_else(|poisoned| poisoned.into_inner()),
-                Some(d) => {
-                    let Some(left) = d.checked_duration_since(Instant::now()) else {
+            let left = match deadline {
+                None => Duration::MAX,
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(left) => left,
+                    None => {
                         return Err(Error::backend(format!(
                             "Work.wait timed out after {:.3}s; the operation is still in progress",
                             timeout.unwrap_or_default().as_secs_f64()
-                        )));
-                    };
-                    self.inner
-                        .cond
-                        .wait_timeout(st, left)
-                        .unwrap_or_else(|poisoned| poisoned.into_inner())
-                        .0
+                        )))
+                    }
+                },
+            };
+            st = match interrupt::wait_timeout(&self.inner.cond, st, left) {
+                Ok(st) => st,
+                Err(e) => {
+                    self.fail_owner();
+                    return Err(e);
                 }
             };
         }
         st.outcome.clone().unwrap_or(Ok(()))
+    }
+
+    /// The user gave up on this pending operation: its group cannot finish it, so it fails.
+    fn fail_owner(&self) {
+        let Some((owner, what)) = &self.inner.owner else {
+            return;
+        };
+        if let Some(cancel) = owner.upgrade() {
+            cancel.raise(Error::backend(format!(
+                "the process group was aborted: a wait for {what} was interrupted \
+                 (KeyboardInterrupt); destroy the group and create a new one"
+            )));
+        }
     }
 
     /// Runs `cb` with the outcome when the Work completes, at once if it already has.
@@ -157,7 +186,7 @@ mod tests {
 
     #[test]
     fn wait_timeout_leaves_work_pending() {
-        let w = Work::new(None);
+        let w = Work::build(None, None);
         let err = w.wait(Some(Duration::from_millis(10))).unwrap_err();
         assert!(matches!(err, Error::Backend(_)));
         assert!(!w.is_completed());
@@ -171,7 +200,7 @@ mod tests {
 
     #[test]
     fn callbacks_run_once_with_outcome() {
-        let w = Work::new(Some(Box::new(vec![1u8])));
+        let w = Work::build(Some(Box::new(vec![1u8])), None);
         let seen = Arc::new(Mutex::new(Vec::new()));
         let s = seen.clone();
         w.on_complete(Box::new(move |r| s.lock().unwrap().push(r.is_ok())));

@@ -9,6 +9,8 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::PyType;
 use rustdist_core::Error;
 
+use crate::interrupt;
+
 /// Core error carried to Python; `?` converts it at the binding boundary.
 pub struct PyDistError(pub Error);
 
@@ -44,6 +46,7 @@ impl From<PyDistError> for PyErr {
             Error::Store(_) => (&DIST_STORE_ERROR, "DistStoreError"),
             Error::Network(_) => (&DIST_NETWORK_ERROR, "DistNetworkError"),
             Error::Backend(_) => (&DIST_BACKEND_ERROR, "DistBackendError"),
+            Error::Interrupted => return interrupt::take_pending(),
         };
         Python::attach(|py| match dist_class(py, cell, name) {
             Ok(cls) => PyErr::from_type(cls.into_bound(py), msg),

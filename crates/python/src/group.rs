@@ -10,7 +10,8 @@ use rustdist_core::tensor::{RawBuf, Tensor};
 use rustdist_core::work::Keepalive;
 use rustdist_core::{CollectiveKind, DType, ProcessGroup, ReduceOp};
 
-use crate::error::{CoreResult, PyDistError};
+use crate::error::CoreResult;
+use crate::interrupt;
 use crate::store::store_from_py;
 use crate::work::PyWork;
 
@@ -43,9 +44,9 @@ impl PyProcessGroup {
     ) -> PyResult<Self> {
         let store = store_from_py(store)?;
         let timeout = Duration::from_secs_f64(timeout);
-        let pg = py
-            .detach(|| ProcessGroup::new(store, rank, size, &group_name, timeout))
-            .map_err(PyDistError)?;
+        let pg = interrupt::blocking(py, || {
+            ProcessGroup::new(store, rank, size, &group_name, timeout)
+        })?;
         Ok(PyProcessGroup { pg: Arc::new(pg) })
     }
 

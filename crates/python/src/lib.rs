@@ -5,12 +5,14 @@ use pyo3::prelude::*;
 
 mod error;
 mod group;
+mod interrupt;
 mod store;
 mod work;
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    interrupt::install();
     store::register(m)?;
     m.add_class::<group::PyProcessGroup>()?;
     m.add_class::<work::PyWork>()?;

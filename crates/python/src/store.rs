@@ -14,15 +14,18 @@ use pyo3::types::{PyByteArray, PyBytes, PyString};
 use rustdist_core::store::{
     FileStore, HashStore, PrefixStore, Store, TcpStore, TcpStoreOptions, DEFAULT_TIMEOUT,
 };
-use rustdist_core::Error;
 
-use crate::error::PyDistError;
+use crate::interrupt;
 
 /// `datetime.timedelta.max` in seconds (rounded down).
 const MAX_TIMEDELTA_SECS: f64 = 86_399_999_999_999.0;
 
-fn core<T>(r: rustdist_core::Result<T>) -> PyResult<T> {
-    r.map_err(|e| PyDistError(e).into())
+/// Runs a store call with the GIL released; Ctrl-C interrupts it.
+fn blocking<T: Send>(
+    py: Python<'_>,
+    f: impl FnOnce() -> rustdist_core::Result<T> + Send,
+) -> PyResult<T> {
+    Ok(interrupt::blocking(py, f)?)
 }
 
 /// A timeout given as `timedelta` or seconds.
@@ -74,30 +77,30 @@ impl PyStore {
     /// Inserts `key` with `value` (str or bytes), replacing any old value.
     fn set(&self, py: Python<'_>, key: String, value: &Bound<'_, PyAny>) -> PyResult<()> {
         let value = value_bytes(value)?;
-        core(py.detach(|| self.inner.set(&key, &value)))
+        blocking(py, || self.inner.set(&key, &value))
     }
 
     /// Returns the value of `key`, waiting up to the store's timeout for it to be set; raises
     /// DistStoreError when the timeout passes.
     fn get<'py>(&self, py: Python<'py>, key: String) -> PyResult<Bound<'py, PyBytes>> {
-        let v = core(py.detach(|| self.inner.get(&key, None)))?;
+        let v = blocking(py, || self.inner.get(&key, None))?;
         Ok(PyBytes::new(py, &v))
     }
 
     /// Adds `value` to the integer counter at `key` (created at 0) and returns the new value.
     fn add(&self, py: Python<'_>, key: String, value: i64) -> PyResult<i64> {
-        core(py.detach(|| self.inner.add(&key, value)))
+        blocking(py, || self.inner.add(&key, value))
     }
 
     /// Appends `value` to the value of `key`, creating it when absent.
     fn append(&self, py: Python<'_>, key: String, value: &Bound<'_, PyAny>) -> PyResult<()> {
         let value = value_bytes(value)?;
-        core(py.detach(|| self.inner.append(&key, &value)))
+        blocking(py, || self.inner.append(&key, &value))
     }
 
     /// True when every key in `keys` is set; does not wait.
     fn check(&self, py: Python<'_>, keys: Vec<String>) -> PyResult<bool> {
-        core(py.detach(|| self.inner.check(&keys)))
+        blocking(py, || self.inner.check(&keys))
     }
 
     /// Sets `key` to `desired_value` when its value equals `expected_value` (or when it is
@@ -112,13 +115,13 @@ impl PyStore {
     ) -> PyResult<Bound<'py, PyBytes>> {
         let expected = value_bytes(expected_value)?;
         let desired = value_bytes(desired_value)?;
-        let v = core(py.detach(|| self.inner.compare_set(&key, &expected, &desired)))?;
+        let v = blocking(py, || self.inner.compare_set(&key, &expected, &desired))?;
         Ok(PyBytes::new(py, &v))
     }
 
     /// Deletes `key`; True when it existed.
     fn delete_key(&self, py: Python<'_>, key: String) -> PyResult<bool> {
-        core(py.detach(|| self.inner.delete_key(&key)))
+        blocking(py, || self.inner.delete_key(&key))
     }
 
     /// The values of `keys`, waiting up to the store's timeout for all of them.
@@ -127,7 +130,7 @@ impl PyStore {
         py: Python<'py>,
         keys: Vec<String>,
     ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
-        let vs = core(py.detach(|| self.inner.multi_get(&keys, None)))?;
+        let vs = blocking(py, || self.inner.multi_get(&keys, None))?;
         Ok(vs.iter().map(|v| PyBytes::new(py, v)).collect())
     }
 
@@ -142,12 +145,12 @@ impl PyStore {
             .iter()
             .map(value_bytes)
             .collect::<PyResult<Vec<_>>>()?;
-        core(py.detach(|| self.inner.multi_set(&keys, &values)))
+        blocking(py, || self.inner.multi_set(&keys, &values))
     }
 
     /// The number of keys set (rustdist counts no internal keys, unlike torch's TCPStore).
     fn num_keys(&self, py: Python<'_>) -> PyResult<i64> {
-        core(py.detach(|| self.inner.num_keys()))
+        blocking(py, || self.inner.num_keys())
     }
 
     /// Waits until every key in `keys` is set, up to `timeout` (default: the store's);
@@ -160,7 +163,7 @@ impl PyStore {
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let timeout = timeout.map(duration_from_py).transpose()?;
-        core(py.detach(|| self.inner.wait(&keys, timeout)))
+        blocking(py, || self.inner.wait(&keys, timeout))
     }
 
     /// Sets the store's default timeout (a timedelta or seconds).
@@ -230,7 +233,7 @@ impl PyTcpStore {
             multi_tenant,
             master_listen_fd,
         };
-        let store = core(py.detach(|| TcpStore::new(opts)))?;
+        let store = blocking(py, || TcpStore::new(opts))?;
         let sub = PyTcpStore {
             host: store.host().to_owned(),
             port: store.port(),
@@ -267,7 +270,7 @@ impl PyFileStore {
         file_name: String,
         world_size: i64,
     ) -> PyResult<PyClassInitializer<Self>> {
-        let store = core(py.detach(|| FileStore::new(&file_name, world_size)))?;
+        let store = blocking(py, || FileStore::new(&file_name, world_size))?;
         Ok(base(Arc::new(store)).add_subclass(PyFileStore { path: file_name }))
     }
 
@@ -331,7 +334,8 @@ impl PyObjStore {
         f: impl FnOnce(Python<'_>, &Bound<'_, PyAny>) -> PyResult<T>,
     ) -> rustdist_core::Result<T> {
         Python::attach(|py| {
-            f(py, self.obj.bind(py)).map_err(|e| Error::store(format!("{op} {keys:?} failed: {e}")))
+            f(py, self.obj.bind(py))
+                .map_err(|e| interrupt::from_py(py, e, |e| format!("{op} {keys:?} failed: {e}")))
         })
     }
 

@@ -7,6 +7,7 @@ use pyo3::prelude::*;
 use rustdist_core::Work;
 
 use crate::error::PyDistError;
+use crate::interrupt;
 
 #[pyclass(module = "rustdist._core", name = "Work", frozen)]
 pub struct PyWork {
@@ -33,7 +34,7 @@ impl PyWork {
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
         let work = self.work.clone();
         let timeout = timeout.map(Duration::from_secs_f64);
-        py.detach(|| work.wait(timeout)).map_err(PyDistError)?;
+        interrupt::blocking(py, || work.wait(timeout))?;
         Ok(true)
     }
 

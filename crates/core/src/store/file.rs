@@ -12,7 +12,6 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
-use std::thread;
 use std::time::{Duration, Instant};
 
 use super::codec::{Reader, Writer};
@@ -21,6 +20,7 @@ use super::{
     DEFAULT_TIMEOUT,
 };
 use crate::error::{Error, Result};
+use crate::interrupt;
 
 const TAG_SET: u8 = 1;
 const TAG_DELETE: u8 = 2;
@@ -214,7 +214,7 @@ impl FileStore {
             if now >= deadline {
                 return Err(wait_timeout_error(&missing, timeout));
             }
-            thread::sleep(pause.min(deadline - now));
+            interrupt::sleep(pause.min(deadline - now))?;
             pause = (pause * 2).min(MAX_POLL);
         }
     }
@@ -310,6 +310,7 @@ impl Store for FileStore {
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
+    use std::thread;
 
     use super::*;
     use crate::store::hash::conformance;

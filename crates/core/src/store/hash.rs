@@ -9,6 +9,7 @@ use super::{
     DEFAULT_TIMEOUT,
 };
 use crate::error::{Error, Result};
+use crate::interrupt;
 
 /// How often a blocked wait re-checks its `abort` condition.
 const WAIT_SLICE: Duration = Duration::from_millis(100);
@@ -20,6 +21,8 @@ pub(crate) enum WaitError {
     Timeout(Vec<String>),
     /// The caller's `abort` condition became true.
     Aborted,
+    /// The waiting thread was interrupted (see [`crate::interrupt`]).
+    Interrupted,
 }
 
 /// A key-value table whose waiters wake when keys are written.
@@ -114,10 +117,8 @@ impl MemKv {
                 return Err(WaitError::Timeout(missing.cloned().collect()));
             }
             let slice = (deadline - now).min(WAIT_SLICE);
-            map = match self.written.wait_timeout(map, slice) {
-                Ok((g, _)) => g,
-                Err(p) => p.into_inner().0,
-            };
+            map = interrupt::wait_timeout(&self.written, map, slice)
+                .map_err(|_| WaitError::Interrupted)?;
             if abort() {
                 return Err(WaitError::Aborted);
             }
@@ -159,6 +160,7 @@ impl HashStore {
             Ok(v) => Ok(v),
             Err(WaitError::Timeout(missing)) => Err(wait_timeout_error(&missing, timeout)),
             Err(WaitError::Aborted) => Err(Error::store("wait aborted")),
+            Err(WaitError::Interrupted) => Err(Error::Interrupted),
         }
     }
 }

@@ -15,7 +15,9 @@ use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::cancel::Cancel;
 use crate::error::{Error, Result};
+use crate::interrupt;
 use crate::reduce;
 use crate::spin::Spin;
 use crate::store::Store;
@@ -180,6 +182,8 @@ pub struct MeshTransport {
     /// Tagged messages this rank sent to itself, waiting for a matching receive.
     own_tagged: VecDeque<Frame>,
     failed: Option<Error>,
+    /// The group's abort signal, polled while waiting.
+    cancel: Arc<Cancel>,
     /// Shared memory with the peers on this host; after `peers`, so the pipes go first.
     host: Option<ShmHost>,
 }
@@ -191,7 +195,8 @@ fn next_step_recv(recvs: &[StepRecv<'_>], p: usize) -> Option<usize> {
 impl MeshTransport {
     /// Joins the mesh of group `group` (rendezvous keys under `prefix` in `store`) within
     /// `timeout`: TCP to every peer, and shared memory to those on this host when
-    /// `shared_memory` (every rank must pass the same).
+    /// `shared_memory` (every rank must pass the same). Waits stop once `cancel` is raised.
+    #[allow(clippy::too_many_arguments)]
     pub fn connect(
         store: Arc<dyn Store>,
         prefix: &str,
@@ -200,6 +205,7 @@ impl MeshTransport {
         group: u32,
         timeout: Duration,
         shared_memory: bool,
+        cancel: Arc<Cancel>,
     ) -> Result<MeshTransport> {
         if size == 0 || rank >= size {
             return Err(Error::invalid(format!(
@@ -232,6 +238,7 @@ impl MeshTransport {
             next_id: 0,
             own_tagged: VecDeque::new(),
             failed: None,
+            cancel,
             host,
         })
     }
@@ -326,6 +333,9 @@ impl MeshTransport {
                 return Ok(());
             }
             self.check_needed_peers(recvs)?;
+            if let Err(e) = self.cancel.check() {
+                return Err(self.fail(e));
+            }
             if moved {
                 spin = Spin::new();
                 continue;
@@ -343,7 +353,8 @@ impl MeshTransport {
                     self.rank
                 ))));
             };
-            let wait = nap.map_or(left, |n| n.min(left));
+            // Capped so that an abort is noticed while blocked.
+            let wait = nap.map_or(left, |n| n.min(left)).min(interrupt::POLL);
             self.block(wait)?;
             if nap.is_some() {
                 return Ok(());

@@ -8,6 +8,7 @@ use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::interrupt;
 use crate::store::Store;
 use crate::transport::remaining;
 
@@ -76,7 +77,7 @@ fn connect_with_retry(addr: SocketAddr, deadline: Instant, peer: usize) -> Resul
         match TcpStream::connect_timeout(&addr, left) {
             Ok(s) => return Ok(s),
             Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
-                std::thread::sleep(backoff.min(left));
+                interrupt::sleep(backoff.min(left))?;
                 backoff = (backoff * 2).min(Duration::from_millis(100));
             }
             Err(e) => {
@@ -183,8 +184,9 @@ pub fn connect_mesh(
                 })?;
                 poll_fds(
                     &mut [pollfd(listener.as_raw_fd(), libc::POLLIN)],
-                    left.min(Duration::from_millis(100)),
+                    interrupt::slice(left.min(Duration::from_millis(100))),
                 );
+                interrupt::check()?;
             }
             Err(e) => return Err(Error::network(format!("accept failed: {e}"))),
         }

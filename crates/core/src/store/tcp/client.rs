@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::protocol::{read_frame, Request, Response};
 use crate::error::{Error, Result};
+use crate::interrupt;
 use crate::store::{deadline_after, wait_timeout_error};
 
 /// How much longer than its wait a blocking request may take before the client gives up on
@@ -24,9 +25,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// A stream whose every read and write fails with `TimedOut` once `deadline` has passed.
+/// Reads wait in slices so that an interruption is noticed (`interrupted` then says so).
 struct DeadlineIo<'a> {
     stream: &'a mut TcpStream,
     deadline: Instant,
+    interrupted: bool,
 }
 
 impl DeadlineIo<'_> {
@@ -41,8 +44,20 @@ impl DeadlineIo<'_> {
 
 impl Read for DeadlineIo<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.stream.set_read_timeout(Some(self.remaining()?))?;
-        self.stream.read(buf)
+        loop {
+            self.stream
+                .set_read_timeout(Some(interrupt::slice(self.remaining()?)))?;
+            match self.stream.read(buf) {
+                Err(e) if timed_out(&e) => {
+                    if interrupt::check().is_err() {
+                        // Not ErrorKind::Interrupted: readers retry on that.
+                        self.interrupted = true;
+                        return Err(io::Error::other("interrupted"));
+                    }
+                }
+                other => return other,
+            }
+        }
     }
 }
 
@@ -98,6 +113,7 @@ impl Client {
             match hello {
                 Ok(Response::Ok) => return Ok(client),
                 Ok(other) => return Err(unexpected(other)),
+                Err(Error::Interrupted) => return Err(Error::Interrupted),
                 Err(_) if Instant::now() + REJOIN_PAUSE < deadline => {
                     lock(&client.idle).clear();
                     thread::sleep(REJOIN_PAUSE);
@@ -151,7 +167,7 @@ impl Client {
                     self.port
                 )));
             }
-            thread::sleep(pause.min(deadline - now));
+            interrupt::sleep(pause.min(deadline - now))?;
             pause = (pause * 2).min(MAX_RETRY_PAUSE);
         }
     }
@@ -175,11 +191,16 @@ impl Client {
         let mut io = DeadlineIo {
             stream: &mut stream,
             deadline,
+            interrupted: false,
         };
         let exchanged = io
             .write_all(&req.encode())
             .and_then(|()| read_frame(&mut io))
             .and_then(|frame| frame.ok_or_else(|| io::ErrorKind::UnexpectedEof.into()));
+        // An interrupted exchange drops its connection: the answer may still come.
+        if io.interrupted {
+            return Err(Error::Interrupted);
+        }
         let decoded = match exchanged {
             Ok(frame) => Response::decode(&frame),
             Err(e) if timed_out(&e) => Err(Error::store(format!(

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::io::{self, Write};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
@@ -15,6 +15,7 @@ use socket2::{Domain, Socket, Type};
 
 use super::protocol::{read_frame, Request, Response};
 use crate::error::{Error, Result};
+use crate::interrupt;
 use crate::store::deadline_after;
 use crate::store::hash::{MemKv, WaitError};
 
@@ -24,7 +25,7 @@ const MAX_CONNECTIONS: usize = 8192;
 const CONN_STACK: usize = 256 << 10;
 /// A client that does not take a response within this long is dropped.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
-/// How often the accept loop checks for shutdown.
+/// How often the accept loop checks for shutdown (dropping the server also wakes it at once).
 const ACCEPT_POLL_MS: libc::c_int = 100;
 /// How long dropping the server waits for its connection threads to exit.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
@@ -55,6 +56,8 @@ struct Shared {
 /// connection is shut down and the threads exit.
 pub struct TcpServer {
     port: u16,
+    /// The listening socket, owned by the accept thread until it exits.
+    listen_fd: RawFd,
     shared: Arc<Shared>,
     acceptor: Option<JoinHandle<()>>,
 }
@@ -87,6 +90,7 @@ impl TcpServer {
         let setup = |e: io::Error| Error::network(format!("TCPStore server: {e}"));
         let port = listener.local_addr().map_err(setup)?.port();
         listener.set_nonblocking(true).map_err(setup)?;
+        let listen_fd = listener.as_raw_fd();
         let shared = Arc::new(Shared::default());
         let acceptor = {
             let shared = Arc::clone(&shared);
@@ -97,6 +101,7 @@ impl TcpServer {
         };
         Ok(TcpServer {
             port,
+            listen_fd,
             shared,
             acceptor: Some(acceptor),
         })
@@ -117,14 +122,7 @@ impl TcpServer {
                     *joined
                 )));
             }
-            joined = match self
-                .shared
-                .workers_changed
-                .wait_timeout(joined, deadline - now)
-            {
-                Ok((g, _)) => g,
-                Err(p) => p.into_inner().0,
-            };
+            joined = interrupt::wait_timeout(&self.shared.workers_changed, joined, deadline - now)?;
         }
         Ok(())
     }
@@ -139,6 +137,9 @@ impl Drop for TcpServer {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
         if let Some(acceptor) = self.acceptor.take() {
+            // Wakes the accept thread's poll now (Linux): dropping a store must not wait.
+            // SAFETY: the fd is the listener the accept thread owns until it is joined below.
+            unsafe { libc::shutdown(self.listen_fd, libc::SHUT_RDWR) };
             // The listener is closed when the accept loop returns.
             let _ = acceptor.join();
         }
@@ -164,7 +165,7 @@ impl Shared {
         while !self.stopping() {
             // SAFETY: `pfd` is one valid pollfd for the duration of the call, and its fd is
             // owned by `listener`, which lives until this function returns.
-            if unsafe { libc::poll(&mut pfd, 1, ACCEPT_POLL_MS) } <= 0 {
+            if unsafe { libc::poll(&mut pfd, 1, ACCEPT_POLL_MS) } <= 0 || self.stopping() {
                 continue;
             }
             match listener.accept() {
@@ -281,7 +282,7 @@ impl Shared {
             Ok(values) if want_values => Some(Response::List(values)),
             Ok(_) => Some(Response::Ok),
             Err(WaitError::Timeout(missing)) => Some(Response::Timeout(missing)),
-            Err(WaitError::Aborted) => None,
+            Err(WaitError::Aborted | WaitError::Interrupted) => None,
         }
     }
 

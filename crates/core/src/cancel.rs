@@ -1,0 +1,57 @@
+//! A group's abort signal, shared by its handle, its worker, its transport and its Works: once
+//! raised, the operation in progress stops at its next poll and every later call fails with
+//! the reason.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+use crate::error::{Error, Result};
+
+#[derive(Debug, Default)]
+pub struct Cancel {
+    raised: AtomicBool,
+    reason: Mutex<Option<Error>>,
+}
+
+impl Cancel {
+    /// Raises the signal with `reason`; the first reason stays. True if this call raised it.
+    pub fn raise(&self, reason: Error) -> bool {
+        let mut slot = self.reason.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_some() {
+            return false;
+        }
+        *slot = Some(reason);
+        self.raised.store(true, Ordering::Release);
+        true
+    }
+
+    pub fn is_raised(&self) -> bool {
+        self.raised.load(Ordering::Acquire)
+    }
+
+    /// The reason once raised.
+    pub fn check(&self) -> Result<()> {
+        if !self.is_raised() {
+            return Ok(());
+        }
+        let slot = self.reason.lock().unwrap_or_else(|p| p.into_inner());
+        match &*slot {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_reason_wins() {
+        let c = Cancel::default();
+        assert!(c.check().is_ok());
+        assert!(c.raise(Error::backend("first")));
+        assert!(!c.raise(Error::backend("second")));
+        assert_eq!(c.check(), Err(Error::backend("first")));
+    }
+}

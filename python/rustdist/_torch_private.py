@@ -1,0 +1,76 @@
+"""Every private torch API rustdist uses, in one place: names move between torch releases.
+
+Checked on torch 2.6.0 (the oldest supported) and 2.13.0 (the newest). Everything else in
+rustdist uses torch's public API only. Imported only when torch is importable.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+import torch
+import torch.distributed as _td
+
+_c10d = torch._C._distributed_c10d
+
+#: Base class of the Works rustdist hands to torch (``torch.distributed._Work``): torch's C++
+#: calls its ``wait`` and ``get_future``.
+WorkBase: type = _td._Work
+
+_VERSION = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
+
+#: torch before 2.13 keeps only the C++ half of a Python Work a functional collective
+#: registers: once the Python object is gone, ``wait_tensor`` calls the base ``Work::wait``,
+#: which never returns. Only there are recent Works kept alive (bounded by bytes below).
+KEEPS_PYTHON_WORK = _VERSION >= (2, 13)
+
+#: Output bytes of the recent Works kept alive on torch < 2.13.
+_KEPT_BYTES_LIMIT = 256 << 20
+_kept: deque = deque()
+_kept_bytes = 0
+
+
+def keep_for_functional_collectives(work: Any, outputs: list[Any]) -> None:
+    """On torch < 2.13, keeps ``work`` alive until 256 MiB of newer outputs pushed it out (a
+    functional collective waited on later than that would hang there); no-op elsewhere."""
+    global _kept_bytes
+    if KEEPS_PYTHON_WORK:
+        return
+    nbytes = sum(t.numel() * t.element_size() for t in outputs)
+    _kept.append((work, nbytes))
+    _kept_bytes += nbytes
+    while _kept_bytes > _KEPT_BYTES_LIMIT and len(_kept) > 1:
+        _kept_bytes -= _kept.popleft()[1]
+
+
+def register_inflight_outputs(work: Any, outputs: list[Any]) -> None:
+    """Under ``_allow_inflight_collective_as_graph_input()`` wait_tensor finds the Work of an
+    in-flight graph input by tensor: register it."""
+    if _c10d._allow_inflight_collective_as_graph_input():
+        for t in outputs:
+            _c10d._register_work(t, work)
+
+
+def resolve_group(group_name: str) -> Any:
+    """The process group torch registered under ``group_name``."""
+    return _c10d._resolve_process_group(group_name)
+
+
+def allgather_options() -> Any:
+    """Default options of an all_gather on any torch group (C++ groups need the object)."""
+    return _c10d.AllgatherOptions()
+
+
+def register_functional_cpu_kernel(op: str, fn: Any) -> Any:
+    """Registers ``fn`` as the CPU kernel of ``_c10d_functional.<op>``: torch's own asks the
+    group for a per-device C++ backend, which a Python group lacks. Keep the result alive."""
+    lib = torch.library.Library("_c10d_functional", "IMPL")
+    lib.impl(op, fn, "CPU")
+    return lib
+
+
+__all__ = [
+    "KEEPS_PYTHON_WORK", "allgather_options", "WorkBase", "keep_for_functional_collectives",
+    "register_functional_cpu_kernel", "register_inflight_outputs", "resolve_group",
+]
