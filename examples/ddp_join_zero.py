@@ -63,6 +63,9 @@ def main(args: argparse.Namespace) -> None:
     if args.save_dir:
         params = {k: v.detach().clone() for k, v in model.module.state_dict().items()}
         torch.save(params, os.path.join(args.save_dir, f"params-rank{rank}.pt"))
+    # DDP and ZeRO talk to the group while they are torn down: release them first (gloo can
+    # hang at exit when they outlive destroy_process_group).
+    del zero, opt, model
     dist.destroy_process_group()
 
 

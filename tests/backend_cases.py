@@ -461,12 +461,30 @@ def case_dtensor_tp_2d(rank: int, world: int) -> None:
     torch.testing.assert_close(model[0].weight.grad.full_tensor(), ref[0].weight.grad)
 
 
+def case_rustdist_api_on_torch_world(rank: int, world: int) -> None:
+    """After torch.distributed.init_process_group("rustdist"), rustdist's own functions with
+    no group= run on that world, and rustdist.new_group makes groups torch knows."""
+    assert rustdist.is_initialized() and rustdist.group.WORLD is dist.group.WORLD
+    assert rustdist.get_rank() == rank and rustdist.get_world_size() == world
+    t = rank_data(rank, 100)
+    rustdist.all_reduce(t)
+    eq(t, sum(rank_data(r, 100) for r in range(world)))
+    g = rustdist.new_group(list(range(world - 1, -1, -1)))
+    assert dist.get_process_group_ranks(g) == list(range(world)), dist.get_process_group_ranks(g)
+    t = torch.ones(3)
+    dist.all_reduce(t, group=g)
+    eq(t, torch.full((3,), float(world)))
+    rustdist.destroy_process_group(g)
+    assert rustdist.is_initialized() and dist.is_initialized()
+
+
 SUITES: dict[str, list[Callable[[int, int], None]]] = {
     "collectives": [case_backend_name, case_all_reduce, case_async_future, case_broadcast,
                     case_all_gather, case_reduce_scatter, case_send_recv,
                     case_barrier_and_objects, case_subgroup, case_coalescing,
                     case_funcol_eager, case_funcol_inflight, case_reduce,
-                    case_gather_scatter, case_all_to_all, case_monitored_barrier],
+                    case_gather_scatter, case_all_to_all, case_monitored_barrier,
+                    case_rustdist_api_on_torch_world],
     "compiled": [case_funcol_compiled, case_ddp_compiled],
     "ddp": [case_ddp_default, case_ddp_group, case_ddp_no_sync, case_ddp_py_hook,
             case_ddp_unused, case_ddp_fp16_builtin],
@@ -475,7 +493,8 @@ SUITES: dict[str, list[Callable[[int, int], None]]] = {
     "mesh": [case_mesh_1d, case_mesh_2d, case_dtensor, case_dtensor_tp_2d],
 }
 #: Cases whose checks need rustdist itself (the rest also run on gloo, for the comparisons).
-RUSTDIST_ONLY = {"case_backend_name", "case_monitored_barrier"}
+RUSTDIST_ONLY = {"case_backend_name", "case_monitored_barrier",
+                 "case_rustdist_api_on_torch_world"}
 
 OUT_DIR = ""
 

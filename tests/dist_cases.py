@@ -502,6 +502,32 @@ def _init(dist: Any, rank: int, world: int, method: str, port: int, path: str, b
     return store
 
 
+def case_one_world(dist: Any, rank: int, world: int) -> None:
+    """After rustdist's init, torch.distributed sees the same world (rustdist-only): torch's
+    default group is rustdist's, rustdist.new_group makes torch groups, torch's own
+    collectives and torch APIs with no group= run on rustdist's engine."""
+    import torch.distributed as td
+
+    assert td.is_initialized() and td.group.WORLD is dist.group.WORLD, td.group.WORLD
+    assert td.get_backend() == "rustdist" and td.get_rank() == rank and td.get_world_size() == world
+    assert isinstance(td.group.WORLD, dist.ProcessGroup)
+    t = torch.full((5,), float(rank + 1))
+    td.all_reduce(t)
+    check(t, torch.full((5,), float(world * (world + 1) // 2)), "torch.distributed.all_reduce")
+    members = list(range(0, world, 2))
+    g = dist.new_group(members)
+    if rank in members:
+        assert isinstance(g, dist.ProcessGroup) and td.get_process_group_ranks(g) == members
+        t = torch.ones(2)
+        td.all_reduce(t, group=g)
+        check(t, torch.full((2,), float(len(members))), "torch all_reduce on rustdist.new_group")
+        dist.destroy_process_group(g)
+    else:
+        assert g == td.GroupMember.NON_GROUP_MEMBER, g
+    mesh = dist.init_device_mesh("cpu", (world,))
+    assert mesh.get_group() is dist.group.WORLD or isinstance(mesh.get_group(), dist.ProcessGroup)
+
+
 def case_init_and_destroy(dist: Any, rank: int, world: int, method: str, ports: Sequence[int],
                           paths: Sequence[str], backend: Optional[str] = "default") -> None:
     """For each (port, path): init by `method`, check the world, run collectives, destroy."""

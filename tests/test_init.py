@@ -8,7 +8,7 @@ from typing import Callable
 
 import pytest
 
-from harness import World, free_port, skip_torch_store_reinit
+from harness import World, free_port, skip_if_torch, skip_torch_store_reinit
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -71,3 +71,9 @@ def test_destroy_right_after_barrier(bare_world: Callable[[int], World], world: 
     n = 8
     bare_world(world).run("init_and_destroy", method="env", ports=[free_port() for _ in range(n)],
                           paths=[""] * n)
+
+
+@skip_if_torch("checks that torch.distributed sees rustdist's world (trivial in torch mode)")
+@pytest.mark.parametrize("world", [1, 2, 3])
+def test_one_world(worlds: Callable[[int], World], world: int) -> None:
+    worlds(world).run("one_world")

@@ -10,9 +10,11 @@ functions use that world. Only public torch API is used here.
 
 from __future__ import annotations
 
+import inspect
 from datetime import timedelta
 from typing import Any, Optional
 
+import torch
 import torch.distributed as td
 
 from . import _core
@@ -94,10 +96,20 @@ def new_group(ranks: Optional[list[int]], timeout: timedelta, pg_options: Any,
               sort_ranks: bool) -> Any:
     """torch's ``new_group`` with backend "rustdist": the group, or what torch returns to a
     non-member (``GroupMember.NON_GROUP_MEMBER``, or None with local synchronization)."""
+    extra = {}
+    if _NEW_GROUP_SORTS:
+        extra["sort_ranks"] = sort_ranks
+    elif not sort_ranks and ranks is not None and ranks != sorted(ranks):
+        raise ValueError(f"new_group(sort_ranks=False) needs torch >= 2.7 (torch "
+                         f"{torch.__version__} orders group ranks by global rank)")
     return td.new_group(ranks=ranks, timeout=timeout, backend=BACKEND_NAME,
                         pg_options=pg_options,
                         use_local_synchronization=use_local_synchronization,
-                        group_desc=group_desc, sort_ranks=sort_ranks)
+                        group_desc=group_desc, **extra)
+
+
+#: torch's new_group takes sort_ranks from 2.7 on.
+_NEW_GROUP_SORTS = "sort_ranks" in inspect.signature(td.new_group).parameters
 
 
 def destroy(group: Any) -> None:

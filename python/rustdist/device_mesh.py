@@ -37,8 +37,14 @@ def init_device_mesh(device_type: str, mesh_shape: tuple[int, ...], *,
 
 
 def __getattr__(name: str) -> Any:
-    from torch.distributed import device_mesh as _torch_mesh
-
+    """torch's ``device_mesh.<name>`` (``DeviceMesh``, ...)."""
+    if name.startswith("__"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        from torch.distributed import device_mesh as _torch_mesh
+    except ImportError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r} (it would be "
+                             "torch's, and torch is not installed)") from None
     return getattr(_torch_mesh, name)
 
 

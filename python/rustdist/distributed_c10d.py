@@ -10,6 +10,7 @@ import os
 import threading
 import time
 import warnings
+import weakref
 from datetime import timedelta
 from typing import Any, Callable, Optional, Union
 from urllib.parse import parse_qsl, urlparse
@@ -133,7 +134,9 @@ def _new_process_group(store: Any, rank: int, size: int, timeout: Union[timedelt
     Collective over the members. Touches no world state (for torch's backend registry)."""
     _debug.apply_env()
     core = _core.ProcessGroup(store, rank, size, _seconds(timeout), group_name)
-    return ProcessGroup(core, list(global_ranks), backend, world=False)
+    pg = ProcessGroup(core, list(global_ranks), backend, world=False)
+    _torch_made.add(pg)
+    return pg
 
 
 # World state. With torch importable, torch's world is the world (see _torch_world) and
@@ -143,6 +146,9 @@ def _new_process_group(store: Any, rank: int, size: int, timeout: Union[timedelt
 # _generation numbers this process's inits, so that re-initialising on the same store never
 # reads an earlier init's keys.
 _default_pg: Optional[ProcessGroup] = None
+# The groups torch created through the "rustdist" backend, shut down by rustdist's
+# destroy_process_group (torch before 2.7 does not call a Python group's shutdown).
+_torch_made: weakref.WeakSet = weakref.WeakSet()
 _default_store: Any = None
 _generation = 0
 # Subgroups of this init by name, destroyed with the default group. Names are "1", "2", ...
@@ -162,13 +168,12 @@ _NOT_INITIALIZED = (
 def _default() -> Any:
     """The default group, or None before init: rustdist's, or (torch importable) torch's
     default group, which is a rustdist group unless torch was initialised with another
-    backend."""
+    backend. Refreshes the cache the collectives read."""
     global _default_pg
-    if _default_pg is not None or _torch_world is None:
+    if _torch_world is None:
         return _default_pg
     pg = _torch_world.default_group()
-    if isinstance(pg, ProcessGroup):
-        _default_pg = pg
+    _default_pg = pg if isinstance(pg, ProcessGroup) else None
     return pg
 
 
@@ -620,7 +625,9 @@ def destroy_process_group(group: Optional[ProcessGroup] = None) -> None:
         raise AssertionError("Process group cannot be None")
     if _torch_world is not None:
         logger.info("destroying process group %s", getattr(pg, "group_name", pg))
-        _torch_world.destroy(group)  # shuts down the group(s): see ProcessGroup._shutdown
+        _torch_world.destroy(group)
+        for gone in list(_torch_made) if pg is default else [pg]:
+            gone._shutdown()  # done already on newer torch; a repeat is a no-op
         if pg is default:
             _default_pg = _default_store = None
             _non_member_ranks = None
