@@ -5,6 +5,7 @@
 //! collective as a [`work::Work`] on the group's own worker thread.
 
 pub mod algorithms;
+pub mod cuda;
 pub mod error;
 pub mod group;
 pub mod reduce;
