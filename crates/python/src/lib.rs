@@ -3,6 +3,7 @@
 
 use pyo3::prelude::*;
 
+mod cuda;
 mod error;
 mod group;
 mod store;
@@ -12,6 +13,7 @@ mod work;
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     store::register(m)?;
+    cuda::register(m)?;
     m.add_class::<group::PyProcessGroup>()?;
     m.add_class::<work::PyWork>()?;
     Ok(())
