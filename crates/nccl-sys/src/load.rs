@@ -33,7 +33,8 @@ pub(crate) fn open(
     for candidate in in_dirs.chain(from_env).chain(system) {
         match open_one(&candidate) {
             Ok(lib) => return Ok((lib, candidate)),
-            Err(e) => tried.push(format!("{}: {e}", candidate.display())),
+            // dlerror's message names the file already.
+            Err(e) => tried.push(e.to_string()),
         }
     }
     if std::env::var_os(env_var).is_none() {

@@ -143,22 +143,31 @@ impl Comm {
         let Some(split) = self.nccl.comm_split else {
             return Ok(None);
         };
-        let mut child: NcclComm = std::ptr::null_mut();
+        // NCCL stores the new handle from its own thread when the split completes, so the
+        // slot lives on the heap and is leaked if we give up waiting for it.
+        let slot: *mut NcclComm = Box::into_raw(Box::new(std::ptr::null_mut()));
         let mut cfg = config();
         let color = color.map_or(NCCL_SPLIT_NOCOLOR, |c| c as c_int);
-        {
+        let started = {
             let guard = self.lock();
-            let raw = Self::live(&guard)?;
-            // SAFETY: `raw` is live under its lock; the out-pointers are valid.
-            let r = unsafe { split(raw, color, key as c_int, &mut child, &mut cfg) };
-            if r != NcclResult::IN_PROGRESS {
+            Self::live(&guard).and_then(|raw| {
+                // SAFETY: `raw` is live under its lock; `slot` and `cfg` are valid pointers
+                // (NCCL copies the config before returning).
+                let r = unsafe { split(raw, color, key as c_int, slot, &mut cfg) };
+                if r == NcclResult::IN_PROGRESS {
+                    return Ok(());
+                }
                 // SAFETY: as above.
-                unsafe { self.nccl.check_comm(r, "ncclCommSplit", raw) }?;
-            }
-        }
-        let deadline = Instant::now() + self.timeout;
+                Ok(unsafe { self.nccl.check_comm(r, "ncclCommSplit", raw) }?)
+            })
+        };
         // A rank without color gets no communicator: the split is tracked by the parent.
-        self.settle("ncclCommSplit", deadline)?;
+        let settled =
+            started.and_then(|()| self.settle("ncclCommSplit", Instant::now() + self.timeout));
+        // On an error NCCL may still write into `slot` (aborted or failed): it stays allocated.
+        settled?;
+        // SAFETY: allocated above; NCCL is done with it once the parent has settled.
+        let child = *unsafe { Box::from_raw(slot) };
         if child.is_null() {
             return Ok(None);
         }
@@ -167,7 +176,7 @@ impl Comm {
             raw: Mutex::new(child),
             timeout: self.timeout,
         };
-        comm.settle("ncclCommSplit", deadline)?;
+        comm.settle("ncclCommSplit", Instant::now() + self.timeout)?;
         Ok(Some(comm))
     }
 

@@ -500,9 +500,10 @@ impl CudaGroup {
     /// Joins the CUDA group `name` of `size` ranks on `device`: ranks exchange their GPU's
     /// identity (host and PCI bus id) through `store`; distinct GPUs get an NCCL communicator
     /// (rank 0's unique id through the store, a non-blocking init bounded by `timeout`), a GPU
-    /// shared by several ranks makes every operation staged. `cpu` runs the staged steps and
-    /// must be used by nothing else: its operations are issued from this group's helper
-    /// thread, and another thread's operations could interleave differently on each rank.
+    /// shared by several ranks makes every operation staged. `cpu` runs the staged steps; the
+    /// CUDA group owns it (shuts it down or aborts it with itself) and nothing else may use it:
+    /// its operations are issued from this group's helper thread, and another thread's could
+    /// interleave differently on each rank.
     /// The CUDA runtime and NCCL are those already loaded ([`Cudart::global`],
     /// [`Nccl::global`]), else found on the system.
     pub fn new(
@@ -1536,7 +1537,8 @@ impl CudaGroup {
     }
 
     /// Leaves cleanly: queued operations still run, pending ones finish (bounded by the
-    /// timeout: the watchdog fails them), then ncclCommFinalize + ncclCommDestroy. Blocks.
+    /// timeout: the watchdog fails them), then ncclCommFinalize + ncclCommDestroy and the
+    /// staging group's shutdown. Blocks.
     pub fn shutdown(&self) {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
@@ -1561,10 +1563,12 @@ impl CudaGroup {
             let _device = DeviceGuard::set(inner.rt, inner.device);
             comm.finalize();
         }
+        inner.cpu.shutdown();
     }
 
-    /// Aborts: the communicator is aborted, every pending and later operation fails with
-    /// DistBackendError. Does not wait for the group's threads (they end on their own).
+    /// Aborts: the communicator and the staging group are aborted, every pending and later
+    /// operation fails with DistBackendError. Does not wait for the group's threads (they end
+    /// on their own).
     pub fn abort(&self) {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
@@ -1578,6 +1582,7 @@ impl CudaGroup {
         inner.queue_cond.notify_all();
         inner.stopping.store(true, Ordering::Release);
         inner.pending_cond.notify_all();
+        inner.cpu.abort();
     }
 }
 
@@ -1585,5 +1590,42 @@ impl Drop for CudaGroup {
     fn drop(&mut self) {
         // Neither shut down nor aborted (e.g. the process is exiting): abort, as torch does.
         self.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn staging_blocks_are_aligned_and_disjoint() {
+        let mut layout = Layout::default();
+        assert_eq!(layout.add(10), 0);
+        assert_eq!(layout.add(3), 64);
+        assert_eq!(layout.add(0), 128);
+        assert_eq!(layout.add(100), 128);
+        assert_eq!(layout.bytes, 228);
+    }
+
+    #[test]
+    fn slices_offset_by_whole_elements() {
+        let t = DevTensor {
+            ptr: 0x1000,
+            dtype: DType::C128,
+            numel: 10,
+        };
+        let s = t.slice(3, 4);
+        assert_eq!((s.ptr, s.numel, s.nbytes()), (0x1000 + 48, 4, 64));
+        let copy = HostCopy::of(&s, 64);
+        assert_eq!((copy.dev, copy.host, copy.len), (0x1030, 64, 64));
+    }
+
+    #[test]
+    fn context_keeps_the_error_kind() {
+        let e = context(Error::network("peer 1 hung up"), "[Rank 0] CUDA all_reduce");
+        assert_eq!(
+            e,
+            Error::network("[Rank 0] CUDA all_reduce: peer 1 hung up")
+        );
     }
 }
