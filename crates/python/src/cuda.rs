@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyBytes, PyDict};
 use rustdist_core::cuda::{CudaGroup, CudaWork, Cudart, DevTensor, Mode, Nccl, P2pOp, SplitArgs};
 use rustdist_core::group::Reduction;
 use rustdist_core::work::Keepalive;
@@ -42,6 +42,21 @@ fn reduction(op: u8, premul: Option<f64>) -> CoreResult<Reduction> {
 fn cuda_nccl_version(py: Python<'_>, search_dirs: Vec<PathBuf>) -> PyResult<(u32, u32, u32)> {
     py.detach(|| Nccl::global(&search_dirs).map(|n| n.loaded().version))
         .map_err(|e| PyRuntimeError::new_err(e.to_string()))
+}
+
+/// A fresh ncclUniqueId (128 bytes; NCCL opens its bootstrap listener, no GPU needed).
+#[pyfunction]
+fn cuda_nccl_unique_id<'py>(
+    py: Python<'py>,
+    search_dirs: Vec<PathBuf>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let id = py
+        .detach(|| {
+            let nccl = Nccl::global(&search_dirs).map_err(|e| e.to_string())?;
+            nccl.unique_id().map_err(|e| e.to_string())
+        })
+        .map_err(PyRuntimeError::new_err)?;
+    Ok(PyBytes::new(py, &id.to_bytes()))
 }
 
 /// True when the CUDA runtime loads and sees at least one device.
@@ -529,6 +544,7 @@ impl PyCudaGroup {
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cuda_nccl_version, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda_nccl_unique_id, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_is_available, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_load_report, m)?)?;
     m.add_class::<PyCudaGroup>()?;
