@@ -196,3 +196,183 @@ class ProcessGroup:
         """Leaves the group cleanly: waits for queued work, tells peers, closes sockets."""
     def abort(self) -> None:
         """Fails queued work and tells peers the group is aborted."""
+
+# ---------------------------------------------------------------------------------------------
+# CUDA (NCCL, and host-staged where NCCL cannot). CUDA tensors cross as (device pointer,
+# element count, dtype code); `stream` is the caller's current stream as a raw cudaStream_t
+# (`torch.cuda.current_stream().cuda_stream`); `keep` is held until the GPU work has finished.
+# `search_dirs` are folders to look for libnccl.so.2 / libcudart.so.{13,12} in first (torch's
+# nvidia wheels), before RUSTDIST_NCCL_LIBRARY / RUSTDIST_CUDART_LIBRARY and the system.
+
+#: cuda_nccl_version(search_dirs) -> (major, minor, patch) of the NCCL that loads; raises
+#: RuntimeError naming every file tried when none does.
+cuda_nccl_version: Callable[[Sequence[str]], tuple[int, int, int]]
+#: cuda_nccl_unique_id(search_dirs) -> a fresh 128-byte ncclUniqueId (needs no GPU: NCCL only
+#: opens its bootstrap listener); RuntimeError when NCCL cannot be loaded or fails.
+cuda_nccl_unique_id: Callable[[Sequence[str]], bytes]
+#: cuda_is_available(search_dirs) -> True when libcudart loads and sees a device.
+cuda_is_available: Callable[[Sequence[str]], bool]
+#: cuda_load_report(search_dirs=()) -> {"nccl": {"path", "version"} or {"error"}, "cudart":
+#: the same, "driver_version": (major, minor, patch) or None, "device_count": int or why not}.
+cuda_load_report: Callable[..., dict[str, object]]
+
+class CudaWork:
+    """A CUDA operation (torch's WorkNCCL). Its `work` (a `_core.Work`) completes, releasing
+    `keep`, once the GPU work has finished; callbacks and futures hang off it."""
+
+    def wait(self, stream: int) -> bool:
+        """Makes `stream` wait on the device for the operation's end (no host block, except
+        for an operation queued behind a host-staged one, until it is enqueued); raises the
+        operation's error if it has already failed."""
+    def synchronize(self, timeout: Optional[float] = None) -> bool:
+        """Blocks (GIL released) until the operation has finished on the device; raises its
+        error, or DistBackendError when `timeout` passes first."""
+    def is_completed(self) -> bool:
+        """Whether the GPU work has finished (cudaEventQuery)."""
+    def is_success(self) -> bool: ...
+    def exception(self) -> Optional[BaseException]: ...
+    def source_rank(self) -> int:
+        """Sender's rank for a completed receive; raises RuntimeError otherwise."""
+    def add_done_callback(self, fn: Callable[[Optional[BaseException]], None]) -> None:
+        """Calls `fn(None)` or `fn(error)` once the GPU work has finished (on the watchdog
+        thread, with the GIL held)."""
+    @property
+    def work(self) -> Work: ...
+
+class CudaGroup:
+    """The CUDA side of a process group on one device. Construction is collective: ranks
+    exchange their GPU (host + PCI bus id) through `store`; distinct GPUs get a non-blocking
+    NCCL communicator (bounded by `timeout`), a shared GPU makes every operation staged
+    through pinned host memory on `pg` (which must serve nothing else). Raises RuntimeError
+    naming the reason when CUDA or NCCL is unavailable, ValueError for a bad device."""
+
+    def __init__(
+        self,
+        pg: ProcessGroup,
+        store: object,
+        rank: int,
+        size: int,
+        timeout: float,
+        group_name: str,
+        device: int,
+        search_dirs: Sequence[str] = (),
+    ) -> None: ...
+    @property
+    def mode(self) -> str:
+        """"nccl", or "staged" (ranks share a GPU)."""
+    @property
+    def device(self) -> int: ...
+    @property
+    def rank(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+    def all_reduce(
+        self,
+        ptr: int,
+        numel: int,
+        dtype: int,
+        op: int,
+        stream: int,
+        keep: object,
+        premul: Optional[float] = None,
+    ) -> CudaWork: ...
+    def reduce(
+        self,
+        ptr: int,
+        numel: int,
+        dtype: int,
+        op: int,
+        root: int,
+        stream: int,
+        keep: object,
+        premul: Optional[float] = None,
+    ) -> CudaWork:
+        """Result on `root`; the other ranks' tensors are left unchanged."""
+    def broadcast(
+        self, ptr: int, numel: int, dtype: int, root: int, stream: int, keep: object
+    ) -> CudaWork: ...
+    def all_gather(
+        self,
+        in_ptr: int,
+        numel: int,
+        dtype: int,
+        outputs: Sequence[tuple[int, int]],
+        stream: int,
+        keep: object,
+    ) -> CudaWork:
+        """`outputs[r] = (pointer, numel)` receives rank r's input; sizes may differ."""
+    def all_gather_into(
+        self, in_ptr: int, out_ptr: int, numel: int, dtype: int, stream: int, keep: object
+    ) -> CudaWork:
+        """The output holds size * numel elements (flat or stacked)."""
+    def reduce_scatter(
+        self,
+        in_ptrs: Sequence[int],
+        out_ptr: int,
+        numel: int,
+        dtype: int,
+        op: int,
+        stream: int,
+        keep: object,
+        premul: Optional[float] = None,
+    ) -> CudaWork:
+        """`in_ptrs[r]` (numel elements each) is reduced into rank r's output."""
+    def reduce_scatter_tensor(
+        self,
+        in_ptr: int,
+        out_ptr: int,
+        numel: int,
+        dtype: int,
+        op: int,
+        stream: int,
+        keep: object,
+        premul: Optional[float] = None,
+    ) -> CudaWork:
+        """The input holds size * numel elements, the output numel."""
+    def exchange(
+        self,
+        kind: str,
+        dtype: int,
+        count: int,
+        sends: Sequence[tuple[int, int, int]],
+        recvs: Sequence[tuple[int, int, int]],
+        stream: int,
+        keep: object,
+    ) -> CudaWork:
+        """Concurrent transfers (peer, pointer, numel) for gather, scatter, all_to_all(_single):
+        grouped NCCL send/recv (copies to self on the device). `kind` names the collective,
+        `count` is what every rank agrees on (0 when sizes differ)."""
+    def send(
+        self, ptr: int, numel: int, dtype: int, dst: int, tag: int, stream: int, keep: object
+    ) -> CudaWork:
+        """NCCL for tag 0, host memory otherwise (the receiver routes its tag the same way)."""
+    def recv(
+        self,
+        ptr: int,
+        numel: int,
+        dtype: int,
+        src: Optional[int],
+        tag: int,
+        stream: int,
+        keep: object,
+    ) -> CudaWork:
+        """`src=None` (any source) needs a nonzero tag when the group has NCCL."""
+    def batch_isend_irecv(
+        self,
+        ops: Sequence[tuple[bool, int, int, int, int, int]],
+        stream: int,
+        keep: object,
+    ) -> CudaWork:
+        """`ops` are (is_send, peer, pointer, numel, dtype, tag); one Work for them all."""
+    def barrier(self, stream: int) -> CudaWork:
+        """A one-element all_reduce on the device (host-staged: the CPU barrier)."""
+    def split(
+        self, member: Optional[tuple[ProcessGroup, object, int, int, float, str]]
+    ) -> Optional[CudaGroup]:
+        """A subgroup: `member` is (pg, store, rank, size, timeout, group_name) on members,
+        None elsewhere. Collective over every rank of this group when it has NCCL
+        (ncclCommSplit), else over the members only."""
+    def shutdown(self) -> None:
+        """Pending work finishes (bounded by the timeout), then ncclCommFinalize/Destroy."""
+    def abort(self) -> None:
+        """ncclCommAbort; pending and later operations fail with DistBackendError."""

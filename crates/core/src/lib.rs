@@ -6,6 +6,7 @@
 
 pub mod algorithms;
 pub mod cancel;
+pub mod cuda;
 pub mod error;
 pub mod group;
 pub mod interrupt;

@@ -41,6 +41,11 @@ pub struct Work {
 }
 
 impl Work {
+    /// A Work that no group owns (an interrupted wait fails nothing else).
+    pub(crate) fn new(keepalive: Option<Keepalive>) -> Work {
+        Self::build(keepalive, None)
+    }
+
     /// A Work of operation `what` of the group that `owner` cancels.
     pub(crate) fn owned(
         keepalive: Option<Keepalive>,
@@ -186,7 +191,7 @@ mod tests {
 
     #[test]
     fn wait_timeout_leaves_work_pending() {
-        let w = Work::build(None, None);
+        let w = Work::new(None);
         let err = w.wait(Some(Duration::from_millis(10))).unwrap_err();
         assert!(matches!(err, Error::Backend(_)));
         assert!(!w.is_completed());
@@ -200,7 +205,7 @@ mod tests {
 
     #[test]
     fn callbacks_run_once_with_outcome() {
-        let w = Work::build(Some(Box::new(vec![1u8])), None);
+        let w = Work::new(Some(Box::new(vec![1u8])));
         let seen = Arc::new(Mutex::new(Vec::new()));
         let s = seen.clone();
         w.on_complete(Box::new(move |r| s.lock().unwrap().push(r.is_ok())));

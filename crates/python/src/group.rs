@@ -20,6 +20,13 @@ pub struct PyProcessGroup {
     pg: Arc<ProcessGroup>,
 }
 
+impl PyProcessGroup {
+    /// The engine group (the CUDA group stages its host steps on one).
+    pub(crate) fn core(&self) -> Arc<ProcessGroup> {
+        self.pg.clone()
+    }
+}
+
 fn tensor(ptr: usize, numel: usize, dtype: u8) -> CoreResult<Tensor> {
     let dtype = DType::from_code(dtype)?;
     // SAFETY: the Python layer passes the data pointer of a live contiguous tensor of `numel`

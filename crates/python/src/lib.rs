@@ -3,6 +3,7 @@
 
 use pyo3::prelude::*;
 
+mod cuda;
 mod error;
 mod group;
 mod interrupt;
@@ -14,6 +15,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     interrupt::install();
     store::register(m)?;
+    cuda::register(m)?;
     m.add_class::<group::PyProcessGroup>()?;
     m.add_class::<work::PyWork>()?;
     Ok(())

@@ -1,0 +1,279 @@
+"""rustdist's CUDA path on a GPU: every op against a reference at world 1 through NCCL (and the
+host-staged routes NCCL lacks), world 2 on one GPU through the staged path (world 2 on two
+GPUs through NCCL when there are two), torch's stream semantics with a second stream, and the
+watchdog aborting a timed-out op. Skipped without a CUDA device.
+
+Run on a GPU machine with the wheel installed:
+
+    python -m pytest tests/test_cuda_gpu.py -q
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import socket
+import traceback
+from typing import Any, Iterator
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import rustdist  # noqa: E402
+import rustdist._core as core  # noqa: E402
+import rustdist.cuda as rcuda  # noqa: E402
+from rustdist import distributed_c10d as c10d  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+SUM, PRODUCT, MIN, MAX, BAND, BOR, BXOR, AVG, PREMUL_SUM = range(9)
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.int16,
+          torch.int32, torch.int64, torch.uint8, torch.bool, torch.complex64, torch.complex128]
+
+
+def _group(store: Any, rank: int, size: int, name: str, timeout: float = 30.0) -> Any:
+    pg = c10d._new_process_group(store, rank, size, timeout, name, list(range(size)))
+    pg._store = store  # what the API layer sets on every group
+    return pg
+
+
+def _close(pg: Any) -> None:
+    cuda = getattr(pg, "_cuda", None)
+    if cuda is not None:
+        cuda.shutdown()
+    pg._pg.shutdown()
+
+
+@pytest.fixture(scope="module")
+def pg() -> Iterator[Any]:
+    group = _group(core.HashStore(), 0, 1, "gpu-world-1")
+    yield group
+    _close(group)
+
+
+def _sample(dtype: torch.dtype, n: int = 37) -> torch.Tensor:
+    if dtype == torch.bool:
+        return torch.arange(n) % 3 == 0
+    if dtype.is_complex:
+        return torch.complex(torch.arange(n, dtype=torch.float64),
+                             -torch.arange(n, dtype=torch.float64)).to(dtype)
+    return (torch.arange(n) % 7 + 1).to(dtype)
+
+
+def _valid(dtype: torch.dtype, op: int) -> bool:
+    if op in (AVG, PREMUL_SUM):
+        return dtype.is_floating_point or dtype.is_complex
+    if op in (BAND, BOR, BXOR):
+        return not (dtype.is_floating_point or dtype.is_complex)
+    if op in (MIN, MAX):
+        return not dtype.is_complex
+    return True
+
+
+@pytest.mark.timeout(120)
+def test_world_1_has_an_nccl_communicator(pg: Any) -> None:
+    assert rcuda._cuda_group(pg, 0).mode == "nccl"
+    assert rcuda.is_available()
+    assert rcuda.load_report()["device_count"] == torch.cuda.device_count()
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_all_reduce_every_op(pg: Any, dtype: torch.dtype) -> None:
+    for op in range(9):
+        x = _sample(dtype).cuda()
+        premul = 0.5 if op == PREMUL_SUM else None
+        if not _valid(dtype, op):
+            with pytest.raises(RuntimeError, match="not supported"):
+                rcuda.all_reduce(pg, x, op, premul)
+            continue
+        want = _sample(dtype) * 0.5 if op == PREMUL_SUM else _sample(dtype)
+        rcuda.all_reduce(pg, x, op, premul)
+        torch.testing.assert_close(x.cpu(), want.to(dtype), msg=f"op {op}")
+        # reduce_scatter_tensor and reduce at world 1 are the same reduction.
+        out = torch.empty_like(x)
+        rcuda.reduce_scatter_tensor(pg, out, x, op, premul)
+        expect = x.cpu() * 0.5 if op == PREMUL_SUM else x.cpu()
+        torch.testing.assert_close(out.cpu(), expect.to(dtype))
+        y = _sample(dtype).cuda()
+        rcuda.reduce(pg, y, 0, op, premul)
+        torch.testing.assert_close(y.cpu(), want.to(dtype))
+
+
+@pytest.mark.timeout(120)
+def test_data_movement_ops(pg: Any) -> None:
+    for dtype in (torch.float32, torch.int16, torch.complex128, torch.bool):
+        x = _sample(dtype).cuda()
+        ref = x.cpu()
+        rcuda.broadcast(pg, x, 0)
+        torch.testing.assert_close(x.cpu(), ref)
+        outs = [torch.empty_like(x)]
+        rcuda.all_gather(pg, outs, x)
+        torch.testing.assert_close(outs[0].cpu(), ref)
+        flat = torch.empty_like(x)
+        rcuda.all_gather_into_tensor(pg, flat, x)
+        torch.testing.assert_close(flat.cpu(), ref)
+        gathered = [torch.empty_like(x)]
+        rcuda.gather(pg, x, gathered, 0)
+        torch.testing.assert_close(gathered[0].cpu(), ref)
+        scattered = torch.empty_like(x)
+        rcuda.scatter(pg, scattered, [x], 0)
+        torch.testing.assert_close(scattered.cpu(), ref)
+        a2a = [torch.empty_like(x)]
+        rcuda.all_to_all(pg, a2a, [x])
+        torch.testing.assert_close(a2a[0].cpu(), ref)
+        single = torch.empty_like(x)
+        rcuda.all_to_all_single(pg, single, x, [x.shape[0]], [x.shape[0]])
+        torch.testing.assert_close(single.cpu(), ref)
+    out = torch.empty(5, device="cuda")
+    rcuda.reduce_scatter(pg, out, [torch.full((5,), 3.0, device="cuda")], SUM)
+    assert out.tolist() == [3.0] * 5
+
+
+@pytest.mark.timeout(120)
+def test_point_to_point_to_self(pg: Any) -> None:
+    for tag in (0, 7):  # tag 0 through NCCL (a device copy), 7 through host memory
+        src = torch.arange(10.0, device="cuda") + tag
+        dst = torch.zeros(10, device="cuda")
+        works = rcuda.batch_isend_irecv(pg, [(True, src, 0, tag), (False, dst, 0, tag)])
+        for w in works:
+            w.wait()
+        assert dst.tolist() == src.tolist()
+    dst = torch.zeros(3, device="cuda")
+    with pytest.raises(RuntimeError, match="needs a nonzero tag"):
+        rcuda.irecv(pg, dst, None, tag=0)
+    rcuda.barrier(pg, 0)
+
+
+@pytest.mark.timeout(120)
+def test_stream_semantics_with_a_second_stream(pg: Any) -> None:
+    side = torch.cuda.Stream()
+    t = torch.zeros(1 << 20, device="cuda")
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU time before the fill
+        t.fill_(3.0)
+        work = rcuda.all_reduce(pg, t, PREMUL_SUM, 2.0, async_op=True)
+        # Enqueued behind the sleep and the fill: returned at once, not yet done.
+        assert not work.is_completed()
+        work.wait()  # the side stream waits on the device; the host does not block
+        out = t.clone()
+    side.synchronize()
+    assert out.min().item() == 6.0 and out.max().item() == 6.0
+    assert work.is_completed() and work.is_success()
+    fut = work.get_future()
+    assert fut.wait()[0] is t
+
+
+@pytest.mark.timeout(120)
+def test_future_completes_after_the_gpu_work(pg: Any) -> None:
+    t = torch.ones(8, device="cuda")
+    torch.cuda._sleep(100_000_000)
+    work = rcuda.all_reduce(pg, t, SUM, async_op=True)
+    seen: list[Any] = []
+    work.get_future().then(lambda f: seen.append(f.value()))
+    work._synchronize_host(30.0)
+    assert work.is_completed()
+    fut = work.get_future()
+    assert fut.wait()[0] is t and len(seen) <= 1
+
+
+@pytest.mark.timeout(120)
+def test_watchdog_aborts_a_timed_out_op() -> None:
+    group = _group(core.HashStore(), 0, 1, "gpu-timeout", timeout=2.0)
+    try:
+        t = torch.ones(4, device="cuda")
+        rcuda.all_reduce(group, t, SUM)  # creates the communicator (sequence number 1)
+        torch.cuda.synchronize()
+        torch.cuda._sleep(20_000_000_000)  # ~10 s: the op waits for it on the device
+        work = rcuda.all_reduce(group, t, SUM, async_op=True)
+        with pytest.raises(rustdist.DistBackendError, match=r"sequence number 2.*timeout"):
+            work._synchronize_host(30.0)
+        assert work.is_completed() and not work.is_success()
+        with pytest.raises(rustdist.DistBackendError):
+            rcuda.all_reduce(group, t, SUM)
+    finally:
+        group._cuda.abort()
+        group._pg.shutdown()
+        torch.cuda.synchronize()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _world2_rank(rank: int, port: int, device: int, out: Any) -> None:
+    try:
+        torch.cuda.set_device(device)
+        store = core.TCPStore("127.0.0.1", port, 2, rank == 0, 60.0)
+        pg = _group(store, rank, 2, "gpu-world-2")
+        peer = 1 - rank
+        x = torch.full((6,), float(rank + 1), device="cuda")
+        rcuda.all_reduce(pg, x, SUM)
+        assert x.tolist() == [3.0] * 6, x
+        mode = pg._cuda.mode
+        bits = torch.tensor([1 << rank], dtype=torch.int32, device="cuda")
+        rcuda.all_reduce(pg, bits, BOR)  # host-staged in either mode
+        assert bits.item() == 3
+        b = torch.arange(4.0, device="cuda") * (rank + 1)
+        rcuda.broadcast(pg, b, 1)
+        assert b.tolist() == [0.0, 2.0, 4.0, 6.0]
+        outs = [torch.empty(r + 1, device="cuda") for r in range(2)]  # uneven sizes
+        rcuda.all_gather(pg, outs, torch.full((rank + 1,), float(rank), device="cuda"))
+        assert [o.tolist() for o in outs] == [[0.0], [1.0, 1.0]]
+        inp = torch.arange(4.0, device="cuda") + 10 * rank
+        rs = torch.empty(2, device="cuda")
+        rcuda.reduce_scatter_tensor(pg, rs, inp, SUM)
+        assert rs.tolist() == [10.0 + 4 * rank, 12.0 + 4 * rank], rs
+        # all_to_all_single with uneven splits: rank r sends r+1 rows to each peer.
+        send = torch.arange(2.0 * (rank + 1), device="cuda") + 100 * rank
+        recv = torch.empty(3, device="cuda")
+        rcuda.all_to_all_single(pg, recv, send, [1, 2], [rank + 1, rank + 1])
+        expect = {0: [0.0, 100.0, 101.0], 1: [1.0, 102.0, 103.0]}[rank]
+        assert recv.tolist() == expect, recv
+        msg = torch.full((5,), float(rank), device="cuda")
+        got = torch.empty(5, device="cuda")
+        works = rcuda.batch_isend_irecv(pg, [(True, msg, peer, 3), (False, got, peer, 3)])
+        for w in works:
+            w.wait()
+        assert got.tolist() == [float(peer)] * 5
+        # A receive from any source travels through host memory (nonzero tag on both sides).
+        if rank == 0:
+            rcuda.send(pg, msg, 1, tag=9)
+        else:
+            assert rcuda.recv(pg, got, None, tag=9) == 0
+            assert got.tolist() == [0.0] * 5
+        rcuda.barrier(pg, device)
+        torch.cuda.synchronize()
+        _close(pg)
+        out.put((rank, "ok", mode))
+    except BaseException:  # report everything to the parent
+        out.put((rank, traceback.format_exc(), None))
+
+
+def _run_world2(devices: tuple[int, int]) -> set[str]:
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_world2_rank, args=(r, port, devices[r], out)) for r in range(2)]
+    for p in procs:
+        p.start()
+    results = [out.get(timeout=240) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+    failures = [f"rank {r}: {msg}" for r, msg, _ in results if msg != "ok"]
+    assert not failures, "\n".join(failures)
+    return {mode for _, _, mode in results}
+
+
+@pytest.mark.timeout(300)
+def test_world_2_on_one_gpu_stages_through_host_memory() -> None:
+    assert _run_world2((0, 0)) == {"staged"}
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA devices")
+def test_world_2_on_two_gpus_runs_on_nccl() -> None:
+    assert _run_world2((0, 1)) == {"nccl"}
