@@ -1,7 +1,8 @@
 """rustdist's CUDA path on a GPU: every op against a reference at world 1 through NCCL (and the
 host-staged routes NCCL lacks), world 2 on one GPU through the staged path (world 2 on two
-GPUs through NCCL when there are two), torch's stream semantics with a second stream, and the
-watchdog aborting a timed-out op. Skipped without a CUDA device.
+GPUs through NCCL when there are two), torch's stream semantics with a second stream, the
+watchdog aborting a timed-out op, both front doors against torch's ProcessGroupNCCL, and DDP
+on CUDA against gloo on the CPU. Skipped without a CUDA device.
 
 Run on a GPU machine with the wheel installed:
 
@@ -32,9 +33,7 @@ DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int
 
 
 def _group(store: Any, rank: int, size: int, name: str, timeout: float = 30.0) -> Any:
-    pg = c10d._new_process_group(store, rank, size, timeout, name, list(range(size)))
-    pg._store = store  # what the API layer sets on every group
-    return pg
+    return c10d._new_process_group(store, rank, size, timeout, name, list(range(size)))
 
 
 def _close(pg: Any) -> None:
@@ -277,3 +276,109 @@ def test_world_2_on_one_gpu_stages_through_host_memory() -> None:
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA devices")
 def test_world_2_on_two_gpus_runs_on_nccl() -> None:
     assert _run_world2((0, 1)) == {"nccl"}
+
+
+def _front_door_ops(dist: Any) -> dict[str, torch.Tensor]:
+    """Collectives of the public API on CUDA tensors at world 1 (results by name)."""
+    x = torch.arange(8.0, device="cuda")
+    out = {}
+    dist.all_reduce(x)
+    out["all_reduce"] = x.clone()
+    dist.all_reduce(x, op=dist.ReduceOp.MAX)
+    out["all_reduce_max"] = x.clone()
+    dist.broadcast(x, src=0)
+    out["broadcast"] = x.clone()
+    g = torch.empty(8, device="cuda")
+    dist.all_gather_into_tensor(g, x)
+    out["all_gather_into_tensor"] = g
+    r = torch.empty(8, device="cuda")
+    dist.reduce_scatter_tensor(r, x)
+    out["reduce_scatter_tensor"] = r
+    a = torch.empty(8, device="cuda")
+    dist.all_to_all_single(a, x)
+    out["all_to_all_single"] = a
+    lst = [torch.empty(8, device="cuda")]
+    dist.all_gather(lst, x)
+    out["all_gather"] = lst[0]
+    w = dist.all_reduce(x, async_op=True)
+    w.wait()
+    out["async"] = w.get_future().wait()[0].clone()
+    objs = [None]
+    dist.all_gather_object(objs, {"rank": 0})
+    assert objs == [{"rank": 0}]
+    dist.barrier()
+    torch.cuda.synchronize()
+    return out
+
+
+@pytest.mark.timeout(180)
+def test_both_front_doors_match_torch_nccl() -> None:
+    import torch.distributed as td
+
+    td.init_process_group("nccl", store=td.HashStore(), rank=0, world_size=1)
+    want = _front_door_ops(td)
+    td.destroy_process_group()
+    rustdist.init_process_group("nccl", store=rustdist.HashStore(), rank=0, world_size=1)
+    got = _front_door_ops(rustdist)
+    assert rustdist.group.WORLD._cuda.mode == "nccl"
+    rustdist.destroy_process_group()
+    td.init_process_group("rustdist", store=td.HashStore(), rank=0, world_size=1)
+    via_torch = _front_door_ops(td)
+    assert isinstance(td.group.WORLD, rustdist.ProcessGroup)
+    td.destroy_process_group()
+    for name, ref in want.items():
+        torch.testing.assert_close(got[name], ref, msg=lambda m, n=name: f"rustdist {n}: {m}")
+        torch.testing.assert_close(via_torch[name], ref,
+                                   msg=lambda m, n=name: f"torch door {n}: {m}")
+
+
+def _ddp_rank(rank: int, port: int, backend: str, device: str, out: Any) -> None:
+    import torch.distributed as td
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    try:
+        td.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                              world_size=2)
+        torch.manual_seed(0)
+        model = DDP(nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 1)).to(device))
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        data = torch.Generator().manual_seed(rank)
+        for _ in range(10):
+            x = torch.randn(16, 8, generator=data).to(device)
+            model(x).square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+        out.put((rank, [p.detach().cpu() for p in model.parameters()]))
+        td.destroy_process_group()
+    except BaseException:  # report everything to the parent
+        out.put((rank, traceback.format_exc()))
+
+
+def _ddp_world2(backend: str, device: str) -> list[Any]:
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_ddp_rank, args=(r, port, backend, device, out))
+             for r in range(2)]
+    for p in procs:
+        p.start()
+    results = dict(out.get(timeout=240) for _ in procs)
+    for p in procs:
+        p.join(timeout=60)
+    failed = [f"rank {r}: {v}" for r, v in results.items() if isinstance(v, str)]
+    assert not failed, "\n".join(failed)
+    return [results[0], results[1]]
+
+
+@pytest.mark.timeout(300)
+def test_ddp_on_cuda_matches_gloo_on_cpu() -> None:
+    """DDP on CUDA through the "rustdist" backend (two ranks on one GPU: the staged path)
+    ends with the parameters of the same training on gloo on the CPU."""
+    import rustdist  # noqa: F401 - registers the backend in the spawned ranks too
+
+    gpu = _ddp_world2("rustdist", "cuda")
+    cpu = _ddp_world2("gloo", "cpu")
+    for rank in range(2):
+        for a, b in zip(gpu[rank], cpu[rank]):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

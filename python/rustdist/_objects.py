@@ -31,11 +31,12 @@ def _from_array(arr: np.ndarray) -> Any:
 
 
 def _check_device(device: Any) -> None:
-    if device is not None and getattr(device, "type", device) != "cpu":
-        raise RuntimeError(
-            f"rustdist does not support device {device} for object collectives yet (the CUDA "
-            "path is not built); pass device=None or 'cpu'"
-        )
+    """Objects travel as pickled bytes on the CPU whatever ``device`` says (torch moves them
+    to the device for NCCL; rustdist needs not): cpu and cuda are accepted."""
+    if device is not None and str(getattr(device, "type", device)).split(":")[0] not in (
+            "cpu", "cuda"):
+        raise RuntimeError(f"rustdist does not support device {device} for object collectives; "
+                           "pass None, 'cpu' or a CUDA device")
 
 
 def _members(group: Optional[ProcessGroup], op: str) -> Optional[ProcessGroup]:

@@ -32,9 +32,15 @@ if torch is not None:
     _STRIDED = torch.strided
 
 
+class OnCuda(RuntimeError):
+    """Raised by :func:`buffer` for a CUDA tensor: the caller runs the CUDA path instead
+    (rustdist.cuda), and where there is none the message says so."""
+
+
 def buffer(x: Any, name: str, out: bool = False) -> Buf:
     """The buffer of ``x``, a contiguous CPU tensor or array of a supported dtype; ``out``
-    when the op writes into it. Raises what torch raises otherwise, naming ``name``."""
+    when the op writes into it. Raises what torch raises otherwise, naming ``name``, and
+    :class:`OnCuda` for a CUDA tensor."""
     if x.__class__ is _Tensor:  # the hot path: a plain tensor
         code = _TORCH_CODES.get(x.dtype)
         if code is not None and x.is_cpu and x.is_contiguous():
@@ -42,10 +48,8 @@ def buffer(x: Any, name: str, out: bool = False) -> Buf:
     if _Tensor is not None and isinstance(x, _Tensor):
         if not x.is_cpu:
             if x.is_cuda:
-                raise RuntimeError(
-                    "rustdist does not support CUDA tensors yet (the CUDA path is not built); "
-                    f"move `{name}` to the CPU with .cpu()"
-                )
+                raise OnCuda(f"`{name}` is a CUDA tensor: this operation runs on CPU tensors "
+                             "only; move it with .cpu()")
             raise RuntimeError(f"rustdist only supports CPU tensors, `{name}` is on {x.device}")
         if x.layout is not _STRIDED:
             raise RuntimeError(f"rustdist only supports dense tensors, `{name}` is {x.layout}")
@@ -78,4 +82,4 @@ def concat(xs: list[Any]) -> Any:
     return np.concatenate([np.ravel(x) for x in xs])
 
 
-__all__ = ["Buf", "COMPLEX_CODES", "ITEMSIZE", "buffer", "concat"]
+__all__ = ["Buf", "COMPLEX_CODES", "ITEMSIZE", "OnCuda", "buffer", "concat"]

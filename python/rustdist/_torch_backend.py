@@ -7,7 +7,8 @@ rustdist's engine through rustdist's own API functions. So one group object serv
 ``import rustdist as dist`` and ``torch.distributed`` with backend ``"rustdist"``.
 
 :func:`register` registers the backend with ``torch.distributed.Backend.register_backend``
-(idempotent); ``init_process_group("rustdist")`` and ``"cpu:rustdist,cuda:nccl"`` then work.
+(idempotent, devices cpu and cuda); ``init_process_group("rustdist")`` and
+``"cpu:rustdist,cuda:rustdist"`` then send CPU and CUDA tensors through rustdist.
 
 Subclasses must provide ``_pg`` (the ``_core.ProcessGroup``) and ``group_name`` (the engine
 group's name, which :func:`_create` sets to torch's group name).
@@ -217,7 +218,9 @@ else:
 
         @_not_traced
         def abort(self) -> None:
-            """Fails queued work and tells peers the group is aborted."""
+            """Fails queued work (CPU and CUDA) and tells peers the group is aborted."""
+            if self._cuda is not None:
+                _api()._cuda().abort(self)
             self._pg.abort()
 
         @_not_traced
@@ -423,11 +426,13 @@ else:
     _kernels: list[Any] = []  # the torch.library registration, kept alive
 
     def register() -> None:
-        """Registers backend ``"rustdist"`` with ``torch.distributed`` (CPU tensors), and the
-        functional-collective kernel it needs. A no-op when already registered."""
+        """Registers backend ``"rustdist"`` with ``torch.distributed`` for CPU and CUDA tensors
+        (CUDA ones run on NCCL through rustdist.cuda), and the functional-collective kernel
+        it needs. A no-op when already registered."""
         if hasattr(_td.Backend, BACKEND_NAME.upper()):
             return
-        _td.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=["cpu"])
+        _td.Backend.register_backend(BACKEND_NAME, _create, extended_api=True,
+                                     devices=["cpu", "cuda"])
         if not _kernels:
             _kernels.append(_private.register_functional_cpu_kernel(
                 "all_gather_into_tensor_out", _all_gather_into_tensor_out))

@@ -19,7 +19,7 @@ from . import _core, _debug
 from ._debug import DebugLevel, exception_logger, logger
 from ._errors import DistNetworkError, DistStoreError
 from ._reduce_op import ReduceOp, op_args, supports_complex
-from ._tensor import COMPLEX_CODES, ITEMSIZE, buffer, concat
+from ._tensor import _TORCH_CODES, COMPLEX_CODES, ITEMSIZE, OnCuda, buffer, concat
 
 from ._torch_backend import GroupBase
 
@@ -64,8 +64,34 @@ class Backend(str):
         return name.lower() if value == Backend.UNDEFINED else value
 
 
-# Backend names init_process_group accepts; None means rustdist.
-_SUPPORTED_BACKENDS = ("rustdist", "gloo", "cpu:gloo", "cpu:rustdist")
+# Backends whose names init_process_group and new_group accept, alone or per device
+# ("cpu:gloo,cuda:nccl"): every one runs on rustdist's engine (NCCL for CUDA tensors).
+_BACKEND_NAMES = ("rustdist", "gloo", "nccl")
+_DEVICES = ("cpu", "cuda")
+
+
+def _backend_name(backend: Optional[str], default: str, what: str) -> str:
+    """``backend`` parsed as torch parses it (``None``: ``default``); raises ValueError for a
+    backend or device rustdist does not run."""
+    if not backend:
+        return default
+    name = Backend(backend)
+    for part in name.split(","):
+        device, _, be = part.rpartition(":")
+        if be not in _BACKEND_NAMES or device not in ("", *_DEVICES):
+            raise ValueError(
+                f"Unsupported backend {backend!r} for {what}: rustdist runs "
+                f"{', '.join(map(repr, _BACKEND_NAMES))} (all on its own engine), alone or per "
+                f"device as in 'cpu:gloo,cuda:nccl' (devices {', '.join(_DEVICES)})"
+            )
+    return name
+
+
+def _check_device_id(device_id: Any) -> None:
+    kind = getattr(device_id, "type", device_id)
+    if device_id is not None and kind not in _DEVICES:
+        raise ValueError(f"device_id {device_id} is not supported: rustdist runs on "
+                         f"{' and '.join(_DEVICES)} devices")
 
 
 class ProcessGroup(GroupBase):  # type: ignore[misc, valid-type]
@@ -73,9 +99,13 @@ class ProcessGroup(GroupBase):  # type: ignore[misc, valid-type]
     ranks of its members ordered by group rank (``_ranks``). Pass it as ``group=`` to any
     collective."""
 
-    def __init__(self, pg: Any, ranks: list[int], backend: str, world: bool) -> None:
+    def __init__(self, pg: Any, ranks: list[int], backend: str, world: bool, store: Any) -> None:
         super().__init__(pg.rank, pg.size)
         self._pg = pg
+        # The group's store (its CUDA group rendezvous there) and that CUDA group, made by
+        # rustdist.cuda on the first CUDA tensor.
+        self._store = store
+        self._cuda: Any = None
         self._ranks = ranks
         # global -> group rank; None on WORLD, where both are the same
         self._group_ranks: Optional[dict[int, int]] = (
@@ -116,10 +146,13 @@ class ProcessGroup(GroupBase):  # type: ignore[misc, valid-type]
         return self._ranks[group_rank]
 
     def _shutdown(self) -> None:
-        """Leaves the engine group (queued work still runs); forgets it as the default."""
+        """Leaves the engine group and its CUDA group (queued work still runs); forgets it as
+        the default."""
         global _default_pg
         if _default_pg is self:
             _default_pg = None
+        if self._cuda is not None:
+            _cuda().shutdown(self)
         self._pg.shutdown()
 
     def __repr__(self) -> str:
@@ -134,7 +167,7 @@ def _new_process_group(store: Any, rank: int, size: int, timeout: Union[timedelt
     Collective over the members. Touches no world state (for torch's backend registry)."""
     _debug.apply_env()
     core = _core.ProcessGroup(store, rank, size, _seconds(timeout), group_name)
-    pg = ProcessGroup(core, list(global_ranks), backend, world=False)
+    pg = ProcessGroup(core, list(global_ranks), backend, world=False, store=store)
     _torch_made.add(pg)
     return pg
 
@@ -379,6 +412,20 @@ def _finish(work: Any, outputs: list[Any], async_op: bool) -> Optional[Work]:
     return None
 
 
+def _finish_cuda(works: list[Any], async_op: bool) -> Optional[Work]:
+    """Several CUDA operations as one: they run in order on the group's internal stream, so
+    the last one's end is the end of all."""
+    last = works[-1] if works else None
+    if async_op or last is None:
+        return last
+    last.wait()
+    return None
+
+
+def _cuda_work_type() -> type:
+    return _cuda().CudaWork
+
+
 # ---------------------------------------------------------------------------------------------
 # Init and world state
 
@@ -566,17 +613,8 @@ def init_process_group(
         raise ValueError("trying to initialize the default process group twice!")
     if store is not None and init_method is not None:
         raise AssertionError("Cannot specify both init_method and store.")
-    name = Backend(backend) if backend is not None else Backend.RUSTDIST
-    if name not in _SUPPORTED_BACKENDS:
-        raise ValueError(
-            f"Unsupported backend {backend!r}: rustdist supports "
-            f"{', '.join(map(repr, _SUPPORTED_BACKENDS))} (or None, meaning 'rustdist')"
-        )
-    if device_id is not None and getattr(device_id, "type", device_id) != "cpu":
-        raise ValueError(
-            f"device_id {device_id} is not supported: rustdist runs on the CPU only "
-            "(the CUDA path is not built yet)"
-        )
+    name = _backend_name(backend, Backend.RUSTDIST, "init_process_group")
+    _check_device_id(device_id)
     if timeout is None:
         timeout = default_pg_timeout
     if not isinstance(timeout, timedelta):
@@ -600,7 +638,7 @@ def init_process_group(
     else:
         prefixed = _core.PrefixStore(_store_prefix(), store)
         core = _core.ProcessGroup(prefixed, rank, world_size, timeout.total_seconds(), "0")
-        pg = ProcessGroup(core, list(range(world_size)), name, world=True)
+        pg = ProcessGroup(core, list(range(world_size)), name, world=True, store=prefixed)
     pg._backend = name
     _default_pg = pg
     _default_store = store
@@ -780,12 +818,8 @@ def new_group(ranks: Optional[list[int]] = None, timeout: Optional[timedelta] = 
     if not isinstance(default, ProcessGroup):
         raise ValueError(f"The default process group was created by torch.distributed with "
                          f"backend {default.name()!r}: use torch.distributed.new_group")
-    name = default._backend if not backend else Backend(backend)
-    if name not in _SUPPORTED_BACKENDS:
-        raise ValueError(f"Unsupported backend {backend!r} for new_group: rustdist supports "
-                         f"{', '.join(map(repr, _SUPPORTED_BACKENDS))}")
-    if device_id is not None and getattr(device_id, "type", device_id) != "cpu":
-        raise ValueError(f"device_id {device_id} is not supported: rustdist runs on the CPU only")
+    name = _backend_name(backend, default._backend, "new_group")
+    _check_device_id(device_id)
     timeout = _check_timeout(timeout)
     global_rank, world_size = default._rank, default._size
     if use_local_synchronization and ranks is not None and global_rank not in ranks:
@@ -812,6 +846,7 @@ def new_group(ranks: Optional[list[int]] = None, timeout: Optional[timedelta] = 
             pg._backend = name
         elif pg is not None:
             _non_member_ranks = ranks
+        _split_cuda(default, pg, use_local_synchronization)
         return pg
     if use_local_synchronization:
         key = tuple(ranks)
@@ -827,11 +862,20 @@ def new_group(ranks: Optional[list[int]] = None, timeout: Optional[timedelta] = 
     store = _core.PrefixStore(f"{_store_prefix()}/group/{group_name}", _default_store)
     core = _core.ProcessGroup(store, ranks.index(global_rank), len(ranks),
                               timeout.total_seconds(), group_name)
-    pg = ProcessGroup(core, ranks, name, world=False)
+    pg = ProcessGroup(core, ranks, name, world=False, store=store)
     _subgroups[group_name] = pg
     logger.info("rank %d: created process group %s (ranks %s%s)", global_rank, group_name,
                 ranks, f", {group_desc}" if group_desc else "")
+    _split_cuda(default, pg, use_local_synchronization)
     return pg
+
+
+def _split_cuda(parent: ProcessGroup, child: Any, local_sync: bool) -> None:
+    """Every rank of the world creates a subgroup together (unless with local
+    synchronization): when the world already has an NCCL communicator, the subgroup's is
+    split from it (ncclCommSplit, cheaper than a new rendezvous)."""
+    if not local_sync and parent._cuda is not None:
+        _cuda().new_subgroup(parent, child if isinstance(child, ProcessGroup) else None)
 
 
 def new_subgroups(group_size: Optional[int] = None, group: Optional[ProcessGroup] = None,
@@ -913,6 +957,17 @@ def _detail(pg: ProcessGroup, name: str, code: Optional[int], shapes: Optional[l
             op: Optional[int] = None, root: Optional[int] = None) -> None:
     """DETAIL debug mode: all ranks must agree on the collective's arguments."""
     _debug.check_collective(pg._pg, pg._ranks, name, code, shapes, op, root)
+
+
+def _cuda() -> Any:
+    """rustdist.cuda, where CUDA tensors go (imported on first use: it imports this module)."""
+    from . import cuda
+
+    return cuda
+
+
+def _cuda_reduce_args(op: Any, tensor: Any, name: str) -> tuple[int, Optional[float]]:
+    return _reduce_args(op, _TORCH_CODES[tensor.dtype], name)
 
 
 def _reduce_args(op: Any, code: int, name: str) -> tuple[int, Optional[float]]:
@@ -1003,7 +1058,11 @@ def all_reduce(tensor: Any, op: Any = ReduceOp.SUM, group: Optional[ProcessGroup
     if pg is None:
         _not_member("all_reduce")
         return None
-    ptr, n, code = buffer(tensor, "tensor", True)
+    try:
+        ptr, n, code = buffer(tensor, "tensor", True)
+    except OnCuda:
+        opc, premul = _cuda_reduce_args(op, tensor, "all_reduce")
+        return _cuda().all_reduce(pg, tensor, opc, premul, async_op)
     opc, premul = _reduce_args(op, code, "all_reduce")
     if _debug.level is DebugLevel.DETAIL:
         _detail(pg, "all_reduce", code, [tensor.shape], opc)
@@ -1036,7 +1095,13 @@ def all_reduce_coalesced(tensors: Any, op: Any = ReduceOp.SUM,
     if pg is None:
         _not_member("all_reduce_coalesced")
         return None
-    bufs = [buffer(t, "tensor", True) for t in tensors]
+    try:
+        bufs = [buffer(t, "tensor", True) for t in tensors]
+    except OnCuda:
+        # One internal stream runs them in order: the last one's end is the end of all.
+        opc, premul = _cuda_reduce_args(op, tensors[0], "all_reduce")
+        works = [_cuda().all_reduce(pg, t, opc, premul, True) for t in tensors]
+        return _finish_cuda(works, async_op)
     for (_, _, c), t in zip(bufs, tensors):
         _same_dtype(bufs[0][2], c, t, tensors[0])
     if not bufs:
@@ -1072,7 +1137,11 @@ def reduce(tensor: Any, dst: Optional[int] = None, op: Any = ReduceOp.SUM,
         _not_member("reduce")
         return None
     root = _peer(pg, dst, group_dst, "reduce", "root")
-    ptr, n, code = buffer(tensor, "tensor", True)
+    try:
+        ptr, n, code = buffer(tensor, "tensor", True)
+    except OnCuda:
+        opc, premul = _cuda_reduce_args(op, tensor, "reduce")
+        return _cuda().reduce(pg, tensor, root, opc, premul, async_op)
     opc, premul = _reduce_args(op, code, "reduce")
     if _debug.level is DebugLevel.DETAIL:
         _detail(pg, "reduce", code, [tensor.shape], opc, root)
@@ -1101,7 +1170,10 @@ def broadcast(tensor: Any, src: Optional[int] = None, group: Optional[ProcessGro
         _not_member("broadcast")
         return None
     root = _peer(pg, src, group_src, "broadcast", "root")
-    ptr, n, code = buffer(tensor, "tensor", True)
+    try:
+        ptr, n, code = buffer(tensor, "tensor", True)
+    except OnCuda:
+        return _cuda().broadcast(pg, tensor, root, async_op)
     if _debug.level is DebugLevel.DETAIL:
         _detail(pg, "broadcast", code, [tensor.shape], None, root)
     return _finish(pg._pg.broadcast(ptr, n, code, root, tensor), [tensor], async_op)
@@ -1138,7 +1210,10 @@ def all_gather(tensor_list: list[Any], tensor: Any, group: Optional[ProcessGroup
     if pg is None:
         _not_member("all_gather")
         return None
-    in_ptr, n, code = buffer(tensor, "tensor")
+    try:
+        in_ptr, n, code = buffer(tensor, "tensor")
+    except OnCuda:
+        return _cuda().all_gather(pg, tensor_list, tensor, async_op)
     if len(tensor_list) != pg._size:
         raise RuntimeError(
             f"all_gather: tensor_list has {len(tensor_list)} tensors, expected one per rank "
@@ -1210,6 +1285,8 @@ def all_gather_coalesced(output_tensor_lists: list[list[Any]], input_tensor_list
                                f"per input tensor ({len(out)} vs {n})")
     works = [all_gather([out[i] for out in output_tensor_lists], inp, pg, async_op=True)
              for i, inp in enumerate(input_tensor_list)]
+    if works and isinstance(works[-1], _cuda_work_type()):
+        return _finish_cuda(works, async_op)
     return _finish(_Works([w._work for w in works if w is not None]), output_tensor_lists,
                    async_op)
 
@@ -1235,7 +1312,10 @@ def all_gather_into_tensor(output_tensor: Any, input_tensor: Any,
     if pg is None:
         _not_member("all_gather_into_tensor")
         return None
-    in_ptr, n, code = buffer(input_tensor, "input_tensor")
+    try:
+        in_ptr, n, code = buffer(input_tensor, "input_tensor")
+    except OnCuda:
+        return _cuda().all_gather_into_tensor(pg, output_tensor, input_tensor, async_op)
     out_ptr, m, out_code = buffer(output_tensor, "output_tensor", True)
     _check_pair("all_gather_into_tensor", ("output_tensor", output_tensor, m, out_code),
                 ("input_tensor", input_tensor, n, code), pg._size)
@@ -1268,7 +1348,11 @@ def reduce_scatter_tensor(output: Any, input: Any, op: Any = ReduceOp.SUM,  # no
     if pg is None:
         _not_member("reduce_scatter_tensor")
         return None
-    out_ptr, n, code = buffer(output, "output", True)
+    try:
+        out_ptr, n, code = buffer(output, "output", True)
+    except OnCuda:
+        opc, premul = _cuda_reduce_args(op, output, "reduce_scatter")
+        return _cuda().reduce_scatter_tensor(pg, output, input, opc, premul, async_op)
     in_ptr, m, in_code = buffer(input, "input")
     _check_pair("reduce_scatter_tensor", ("input", input, m, in_code), ("output", output, n, code),
                 pg._size)
@@ -1301,7 +1385,11 @@ def reduce_scatter(output: Any, input_list: list[Any], op: Any = ReduceOp.SUM,
     if pg is None:
         _not_member("reduce_scatter")
         return None
-    out_ptr, n, code = buffer(output, "output", True)
+    try:
+        out_ptr, n, code = buffer(output, "output", True)
+    except OnCuda:
+        opc, premul = _cuda_reduce_args(op, output, "reduce_scatter")
+        return _cuda().reduce_scatter(pg, output, input_list, opc, premul, async_op)
     if len(input_list) != pg._size:
         raise RuntimeError(
             f"reduce_scatter: input_list has {len(input_list)} tensors, expected one per rank "
@@ -1406,7 +1494,10 @@ def gather(tensor: Any, gather_list: Optional[list[Any]] = None, dst: Optional[i
         dst = 0
     root = _peer(pg, dst, group_dst, "gather", "root")
     xs = _root_list(pg, root, gather_list, "gather_list", "destination")
-    work = _rooted("gather", pg, root, tensor, xs, 1, False)
+    try:
+        work = _rooted("gather", pg, root, tensor, xs, 1, False)
+    except OnCuda:
+        return _cuda().gather(pg, tensor, xs or None, root, async_op)
     return _finish(work, [xs] if xs else [], async_op)
 
 
@@ -1440,7 +1531,10 @@ def scatter(tensor: Any, scatter_list: Optional[list[Any]] = None, src: Optional
         return None
     root = _peer(pg, src, group_src, "scatter", "root")
     xs = _root_list(pg, root, scatter_list, "scatter_list", "source")
-    work = _rooted("scatter", pg, root, tensor, xs, 1, True)
+    try:
+        work = _rooted("scatter", pg, root, tensor, xs, 1, True)
+    except OnCuda:
+        return _cuda().scatter(pg, tensor, xs or None, root, async_op)
     return _finish(work, [tensor], async_op)
 
 
@@ -1472,6 +1566,8 @@ def all_to_all(output_tensor_list: list[Any], input_tensor_list: list[Any],
             raise RuntimeError(f"all_to_all: {name} has {len(xs)} tensors, expected one per "
                                f"rank (group size {pg._size})")
     first = input_tensor_list[0] if input_tensor_list else None
+    if first is not None and getattr(first, "is_cuda", False):
+        return _cuda().all_to_all(pg, output_tensor_list, input_tensor_list, async_op)
     code = -1
     sends, recvs = [], []
     for r, t in enumerate(input_tensor_list):
@@ -1538,7 +1634,11 @@ def all_to_all_single(output: Any, input: Any,  # noqa: A002
     if pg is None:
         _not_member("all_to_all_single")
         return None
-    out_ptr, _, code = buffer(output, "output", True)
+    try:
+        out_ptr, _, code = buffer(output, "output", True)
+    except OnCuda:
+        return _cuda().all_to_all_single(pg, output, input, output_split_sizes or None,
+                                         input_split_sizes or None, async_op)
     in_ptr, _, in_code = buffer(input, "input")
     _same_dtype(in_code, code, output, input)
     size = pg._size
@@ -1627,7 +1727,7 @@ def monitored_barrier(group: Optional[ProcessGroup] = None,
 
 
 def _send_work(tensor: Any, dst: Optional[int], group: Optional[ProcessGroup], tag: int,
-               group_dst: Optional[int], op: str) -> Optional[Any]:
+               group_dst: Optional[int], op: str) -> Optional[Work]:
     pg = _group(group)
     if pg is None:
         _not_member(op)
@@ -1638,8 +1738,11 @@ def _send_work(tensor: Any, dst: Optional[int], group: Optional[ProcessGroup], t
             "Invalid destination rank: destination rank should not be the same as "
             "the rank of the current process."
         )
-    ptr, n, code = buffer(tensor, "tensor")
-    return pg._pg.send(ptr, n, code, peer, tag, tensor)
+    try:
+        ptr, n, code = buffer(tensor, "tensor")
+    except OnCuda:
+        return _cuda().isend(pg, tensor, peer, tag)
+    return Work(pg._pg.send(ptr, n, code, peer, tag, tensor), [tensor])
 
 
 _SELF_SOURCE = ("Invalid source rank: source rank should not be the same as the rank of the "
@@ -1648,13 +1751,17 @@ _SELF_SOURCE = ("Invalid source rank: source rank should not be the same as the 
 
 def _recv_work(tensor: Any, src: Optional[int], group: Optional[ProcessGroup], tag: int,
                group_src: Optional[int], op: str) -> tuple[Optional[ProcessGroup], Any]:
+    """The group and the Work of a receive (None, None on a non-member)."""
     pg = _group(group)
     if pg is None:
         _not_member(op)
         return None, None
     peer = None if src is None and group_src is None else _peer(pg, src, group_src, op, "source")
-    ptr, n, code = buffer(tensor, "tensor", True)
-    return pg, pg._pg.recv(ptr, n, code, peer, tag, tensor)
+    try:
+        ptr, n, code = buffer(tensor, "tensor", True)
+    except OnCuda:
+        return pg, _cuda().irecv(pg, tensor, peer, tag)
+    return pg, Work(pg._pg.recv(ptr, n, code, peer, tag, tensor), [tensor])
 
 
 def isend(tensor: Any, dst: Optional[int] = None, group: Optional[ProcessGroup] = None,
@@ -1672,8 +1779,7 @@ def isend(tensor: Any, dst: Optional[int] = None, group: Optional[ProcessGroup] 
     Returns:
         A distributed request object; None if not part of the group.
     """
-    work = _send_work(tensor, dst, group, tag, group_dst, "isend")
-    return None if work is None else Work(work, [tensor])
+    return _send_work(tensor, dst, group, tag, group_dst, "isend")
 
 
 def irecv(tensor: Any, src: Optional[int] = None, group: Optional[ProcessGroup] = None,
@@ -1691,8 +1797,7 @@ def irecv(tensor: Any, src: Optional[int] = None, group: Optional[ProcessGroup] 
     Returns:
         A distributed request object; None if not part of the group.
     """
-    pg, work = _recv_work(tensor, src, group, tag, group_src, "irecv")
-    return None if pg is None else Work(work, [tensor])
+    return _recv_work(tensor, src, group, tag, group_src, "irecv")[1]
 
 
 @exception_logger
@@ -1735,6 +1840,8 @@ def recv(tensor: Any, src: Optional[int] = None, group: Optional[ProcessGroup] =
     if src is not None:
         return src
     if group_src is None:
+        if isinstance(work, _cuda_work_type()):
+            work._synchronize_host()  # the sender is known once the data has arrived
         group_src = work.source_rank()
         if group_src == pg._rank:
             raise ValueError(_SELF_SOURCE)
@@ -1835,6 +1942,13 @@ def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[Work]:
     grp = p2p_op_list[0].group
     if not all(grp == p.group for p in p2p_op_list):
         raise ValueError("All ops need to use the same group.")
+    if getattr(p2p_op_list[0].tensor, "is_cuda", False):
+        pg = _group(grp)
+        if pg is None:
+            return []
+        # One NCCL group call for them all (ncclGroupStart/End), as torch's NCCL does.
+        return _cuda().batch_isend_irecv(
+            pg, [(_p2p_kind(p.op) == "send", p.tensor, p.group_peer, p.tag) for p in p2p_op_list])
     reqs = []
     for p in p2p_op_list:
         if _p2p_kind(p.op) == "send":
