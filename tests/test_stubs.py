@@ -21,6 +21,8 @@ def _stub_api() -> dict[str, set[str]]:
             api[node.name] = {
                 n.name for n in node.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")
             }
+        elif isinstance(node, ast.FunctionDef):
+            api[node.name] = set()
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             api[node.target.id] = set()
     return api

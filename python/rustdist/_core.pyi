@@ -142,9 +142,18 @@ class ProcessGroup:
     def group_name(self) -> str: ...
     @property
     def timeout(self) -> float: ...
+    # Every collective runs asynchronously and returns a Work, or with `sync=True` returns
+    # None once done (on the calling thread when the group is idle).
     def all_reduce(
-        self, ptr: int, numel: int, dtype: int, op: int, keep: object, premul: Optional[float] = None
-    ) -> Work:
+        self,
+        ptr: int,
+        numel: int,
+        dtype: int,
+        op: int,
+        keep: object,
+        premul: Optional[float] = None,
+        sync: bool = False,
+    ) -> Optional[Work]:
         """In-place all_reduce; `premul` is PREMUL_SUM's factor."""
     def reduce(
         self,
@@ -155,12 +164,21 @@ class ProcessGroup:
         root: int,
         keep: object,
         premul: Optional[float] = None,
-    ) -> Work:
+        sync: bool = False,
+    ) -> Optional[Work]:
         """Result on `root`; the other ranks' tensors are left unchanged."""
-    def broadcast(self, ptr: int, numel: int, dtype: int, root: int, keep: object) -> Work: ...
+    def broadcast(
+        self, ptr: int, numel: int, dtype: int, root: int, keep: object, sync: bool = False
+    ) -> Optional[Work]: ...
     def all_gather(
-        self, in_ptr: int, out_ptrs: Sequence[int], numel: int, dtype: int, keep: object
-    ) -> Work:
+        self,
+        in_ptr: int,
+        out_ptrs: Sequence[int],
+        numel: int,
+        dtype: int,
+        keep: object,
+        sync: bool = False,
+    ) -> Optional[Work]:
         """`out_ptrs[r]` receives rank r's `numel` elements (own block included)."""
     def reduce_scatter(
         self,
@@ -171,7 +189,8 @@ class ProcessGroup:
         op: int,
         keep: object,
         premul: Optional[float] = None,
-    ) -> Work:
+        sync: bool = False,
+    ) -> Optional[Work]:
         """Input holds size*numel elements; rank r gets the reduction of block r."""
     def exchange(
         self,
@@ -181,13 +200,14 @@ class ProcessGroup:
         sends: Sequence[tuple[int, int, int]],
         recvs: Sequence[tuple[int, int, int]],
         keep: object,
-    ) -> Work:
-        """One collective step of concurrent transfers, each (peer, data pointer, numel); a
-        transfer to self is a copy. `kind` names the collective (e.g. "gather"); `count` is a
-        number every rank agrees on, or 0 when sizes differ (lengths are checked per message)."""
+        sync: bool = False,
+    ) -> Optional[Work]:
+        """gather, scatter, all_to_all, or all_gather of blocks of different sizes (`kind`):
+        the blocks this rank sends and receives, each (peer, data pointer, numel). `count` is
+        a number every rank agrees on, or 0 when sizes differ (lengths are checked)."""
     def monitored_barrier(self, timeout: float, wait_all_ranks: bool) -> Work:
         """Rank 0 waits `timeout` seconds for every rank and fails naming the missing ones."""
-    def barrier(self) -> Work: ...
+    def barrier(self, sync: bool = False) -> Optional[Work]: ...
     def send(self, ptr: int, numel: int, dtype: int, dst: int, tag: int, keep: object) -> Work: ...
     def recv(
         self, ptr: int, numel: int, dtype: int, src: Optional[int], tag: int, keep: object
@@ -197,6 +217,13 @@ class ProcessGroup:
     def abort(self) -> None:
         """Fails queued work and tells peers the group is aborted."""
 
+def selection_table(
+    worlds: Sequence[int], sizes: Sequence[int]
+) -> list[tuple[str, str, int, int, str]]:
+    """The algorithm the engine picks per (collective, link kind, world size, bytes) with
+    RUSTDIST_ALGO applied: rows (collective, link, world, bytes, algorithm); link is "shm"
+    (every rank on one host), "tcp" or "hierarchical"."""
+
 # ---------------------------------------------------------------------------------------------
 # CUDA (NCCL, and host-staged where NCCL cannot). CUDA tensors cross as (device pointer,
 # element count, dtype code); `stream` is the caller's current stream as a raw cudaStream_t
@@ -204,17 +231,17 @@ class ProcessGroup:
 # `search_dirs` are folders to look for libnccl.so.2 / libcudart.so.{13,12} in first (torch's
 # nvidia wheels), before RUSTDIST_NCCL_LIBRARY / RUSTDIST_CUDART_LIBRARY and the system.
 
-#: cuda_nccl_version(search_dirs) -> (major, minor, patch) of the NCCL that loads; raises
-#: RuntimeError naming every file tried when none does.
-cuda_nccl_version: Callable[[Sequence[str]], tuple[int, int, int]]
-#: cuda_nccl_unique_id(search_dirs) -> a fresh 128-byte ncclUniqueId (needs no GPU: NCCL only
-#: opens its bootstrap listener); RuntimeError when NCCL cannot be loaded or fails.
-cuda_nccl_unique_id: Callable[[Sequence[str]], bytes]
-#: cuda_is_available(search_dirs) -> True when libcudart loads and sees a device.
-cuda_is_available: Callable[[Sequence[str]], bool]
-#: cuda_load_report(search_dirs=()) -> {"nccl": {"path", "version"} or {"error"}, "cudart":
-#: the same, "driver_version": (major, minor, patch) or None, "device_count": int or why not}.
-cuda_load_report: Callable[..., dict[str, object]]
+def cuda_nccl_version(search_dirs: Sequence[str]) -> tuple[int, int, int]:
+    """(major, minor, patch) of the NCCL that loads; raises RuntimeError naming every file
+    tried when none does."""
+def cuda_nccl_unique_id(search_dirs: Sequence[str]) -> bytes:
+    """A fresh 128-byte ncclUniqueId (needs no GPU: NCCL only opens its bootstrap listener);
+    RuntimeError when NCCL cannot be loaded or fails."""
+def cuda_is_available(search_dirs: Sequence[str]) -> bool:
+    """True when libcudart loads and sees a device."""
+def cuda_load_report(search_dirs: Sequence[str] = ()) -> dict[str, object]:
+    """{"nccl": {"path", "version"} or {"error"}, "cudart": the same, "driver_version":
+    (major, minor, patch) or None, "device_count": int or why not}."""
 
 class CudaWork:
     """A CUDA operation (torch's WorkNCCL). Its `work` (a `_core.Work`) completes, releasing

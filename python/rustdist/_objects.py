@@ -120,7 +120,7 @@ def gather_object(obj: Any, object_gather_list: Optional[list[Any]] = None,
     size_outs = list(sizes.reshape(-1, 1)) if root == me else None
     c10d.gather(np.array([mine.size], dtype=np.int64), size_outs, group=pg, group_dst=root)
     outs = [np.empty(int(n), dtype=np.uint8) for n in sizes] if root == me else []
-    c10d._rooted("gather", pg, root, mine, outs, 0, False).wait()
+    c10d._rooted("gather", pg, root, mine, outs, 0, False, True)
     if root == me and object_gather_list is not None:  # not None: checked above
         for i, out in enumerate(outs):
             object_gather_list[i] = _from_array(out)
@@ -214,7 +214,7 @@ def scatter_object_list(scatter_object_output_list: list[Any],
     size = np.zeros(1, dtype=np.int64)
     c10d.scatter(size, size_ins, group=pg, group_src=root)
     out = np.empty(int(size[0]), dtype=np.uint8)
-    c10d._rooted("scatter", pg, root, out, arrays, 0, True).wait()
+    c10d._rooted("scatter", pg, root, out, arrays, 0, True, True)
     scatter_object_output_list[0] = _from_array(out)
 
 

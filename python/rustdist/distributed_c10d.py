@@ -406,9 +406,12 @@ class Work:
 
 
 def _finish(work: Any, outputs: list[Any], async_op: bool) -> Optional[Work]:
+    """The Work of an asynchronous call; a synchronous one has run already (the engine ran it
+    with ``sync``) or, for several engine Works, is waited for here."""
     if async_op:
         return Work(work, outputs)
-    work.wait()
+    if work is not None:
+        work.wait()
     return None
 
 
@@ -1066,10 +1069,9 @@ def all_reduce(tensor: Any, op: Any = ReduceOp.SUM, group: Optional[ProcessGroup
     opc, premul = _reduce_args(op, code, "all_reduce")
     if _debug.level is DebugLevel.DETAIL:
         _detail(pg, "all_reduce", code, [tensor.shape], opc)
-    work = pg._pg.all_reduce(ptr, n, code, opc, tensor, premul)
     if async_op:
-        return Work(work, [tensor])
-    work.wait()
+        return Work(pg._pg.all_reduce(ptr, n, code, opc, tensor, premul), [tensor])
+    pg._pg.all_reduce(ptr, n, code, opc, None, premul, True)
     return None
 
 
@@ -1145,7 +1147,8 @@ def reduce(tensor: Any, dst: Optional[int] = None, op: Any = ReduceOp.SUM,
     opc, premul = _reduce_args(op, code, "reduce")
     if _debug.level is DebugLevel.DETAIL:
         _detail(pg, "reduce", code, [tensor.shape], opc, root)
-    return _finish(pg._pg.reduce(ptr, n, code, opc, root, tensor, premul), [tensor], async_op)
+    work = pg._pg.reduce(ptr, n, code, opc, root, tensor, premul, sync=not async_op)
+    return _finish(work, [tensor], async_op)
 
 
 @exception_logger
@@ -1176,7 +1179,8 @@ def broadcast(tensor: Any, src: Optional[int] = None, group: Optional[ProcessGro
         return _cuda().broadcast(pg, tensor, root, async_op)
     if _debug.level is DebugLevel.DETAIL:
         _detail(pg, "broadcast", code, [tensor.shape], None, root)
-    return _finish(pg._pg.broadcast(ptr, n, code, root, tensor), [tensor], async_op)
+    work = pg._pg.broadcast(ptr, n, code, root, tensor, sync=not async_op)
+    return _finish(work, [tensor], async_op)
 
 
 def _tensor_list(xs: Any, name: str) -> None:
@@ -1230,7 +1234,8 @@ def all_gather(tensor_list: list[Any], tensor: Any, group: Optional[ProcessGroup
     if equal:  # every rank's tensor has this rank's size: the all_gather algorithm
         if _debug.level is DebugLevel.DETAIL:
             _detail(pg, "all_gather", code, [tensor.shape])
-        work = pg._pg.all_gather(in_ptr, [p for p, _ in outs], n, code, keep)
+        work = pg._pg.all_gather(in_ptr, [p for p, _ in outs], n, code, keep,
+                                 sync=not async_op)
     else:
         own = outs[pg._rank][1]
         if own != n:
@@ -1242,7 +1247,7 @@ def all_gather(tensor_list: list[Any], tensor: Any, group: Optional[ProcessGroup
             _detail(pg, "all_gather", code, None)
         sends = [(r, in_ptr, n) for r in range(pg._size)]
         recvs = [(r, p, m) for r, (p, m) in enumerate(outs)]
-        work = pg._pg.exchange("all_gather", code, 0, sends, recvs, keep)
+        work = pg._pg.exchange("all_gather", code, 0, sends, recvs, keep, sync=not async_op)
     return _finish(work, tensor_list, async_op)
 
 
@@ -1323,7 +1328,8 @@ def all_gather_into_tensor(output_tensor: Any, input_tensor: Any,
         _detail(pg, "all_gather_into_tensor", code, [input_tensor.shape])
     step = n * ITEMSIZE[code]
     ptrs = [out_ptr + r * step for r in range(pg._size)]
-    work = pg._pg.all_gather(in_ptr, ptrs, n, code, (input_tensor, output_tensor))
+    work = pg._pg.all_gather(in_ptr, ptrs, n, code, (input_tensor, output_tensor),
+                             sync=not async_op)
     return _finish(work, [output_tensor], async_op)
 
 
@@ -1359,7 +1365,8 @@ def reduce_scatter_tensor(output: Any, input: Any, op: Any = ReduceOp.SUM,  # no
     opc, premul = _reduce_args(op, code, "reduce_scatter")
     if _debug.level is DebugLevel.DETAIL:
         _detail(pg, "reduce_scatter_tensor", code, [output.shape], opc)
-    work = pg._pg.reduce_scatter(in_ptr, out_ptr, n, code, opc, (input, output), premul)
+    work = pg._pg.reduce_scatter(in_ptr, out_ptr, n, code, opc, (input, output), premul,
+                                 sync=not async_op)
     return _finish(work, [output], async_op)
 
 
@@ -1406,7 +1413,8 @@ def reduce_scatter(output: Any, input_list: list[Any], op: Any = ReduceOp.SUM,
         _detail(pg, "reduce_scatter", code, [output.shape], opc)
     flat = concat(input_list)  # the engine reduces one contiguous input
     in_ptr = buffer(flat, "input_list")[0]
-    work = pg._pg.reduce_scatter(in_ptr, out_ptr, n, code, opc, (flat, output), premul)
+    work = pg._pg.reduce_scatter(in_ptr, out_ptr, n, code, opc, (flat, output), premul,
+                                 sync=not async_op)
     return _finish(work, [output], async_op)
 
 
@@ -1446,9 +1454,10 @@ def _root_list(pg: ProcessGroup, root: int, xs: Optional[list[Any]], name: str,
 
 
 def _rooted(kind: str, pg: ProcessGroup, root: int, tensor: Any, xs: list[Any], count: int,
-            out: bool) -> Any:
+            out: bool, sync: bool) -> Any:
     """The exchange of gather (``out=False``: ``tensor`` goes to the root, the root's ``xs``
-    receive) or scatter (``out=True``: the root's ``xs`` go out, ``tensor`` receives)."""
+    receive) or scatter (``out=True``: the root's ``xs`` go out, ``tensor`` receives); None
+    once done when ``sync``."""
     ptr, n, code = buffer(tensor, "tensor", out)
     name = "scatter_list" if out else "gather_list"
     peers = []
@@ -1462,7 +1471,7 @@ def _rooted(kind: str, pg: ProcessGroup, root: int, tensor: Any, xs: list[Any], 
     sends, recvs = (peers, mine) if out else (mine, peers)
     if _debug.level is DebugLevel.DETAIL:
         _detail(pg, kind, code, [tensor.shape] if count else None, None, root)
-    return pg._pg.exchange(kind, code, n if count else 0, sends, recvs, (tensor, *xs))
+    return pg._pg.exchange(kind, code, n if count else 0, sends, recvs, (tensor, *xs), sync=sync)
 
 
 @exception_logger
@@ -1495,7 +1504,7 @@ def gather(tensor: Any, gather_list: Optional[list[Any]] = None, dst: Optional[i
     root = _peer(pg, dst, group_dst, "gather", "root")
     xs = _root_list(pg, root, gather_list, "gather_list", "destination")
     try:
-        work = _rooted("gather", pg, root, tensor, xs, 1, False)
+        work = _rooted("gather", pg, root, tensor, xs, 1, False, not async_op)
     except OnCuda:
         return _cuda().gather(pg, tensor, xs or None, root, async_op)
     return _finish(work, [xs] if xs else [], async_op)
@@ -1532,7 +1541,7 @@ def scatter(tensor: Any, scatter_list: Optional[list[Any]] = None, src: Optional
     root = _peer(pg, src, group_src, "scatter", "root")
     xs = _root_list(pg, root, scatter_list, "scatter_list", "source")
     try:
-        work = _rooted("scatter", pg, root, tensor, xs, 1, True)
+        work = _rooted("scatter", pg, root, tensor, xs, 1, True, not async_op)
     except OnCuda:
         return _cuda().scatter(pg, tensor, xs or None, root, async_op)
     return _finish(work, [tensor], async_op)
@@ -1582,7 +1591,7 @@ def all_to_all(output_tensor_list: list[Any], input_tensor_list: list[Any],
     if _debug.level is DebugLevel.DETAIL:
         _detail(pg, "all_to_all", code, None)
     work = pg._pg.exchange("all_to_all", code, 0, sends, recvs,
-                           (*input_tensor_list, *output_tensor_list))
+                           (*input_tensor_list, *output_tensor_list), sync=not async_op)
     return _finish(work, output_tensor_list, async_op)
 
 
@@ -1652,7 +1661,7 @@ def all_to_all_single(output: Any, input: Any,  # noqa: A002
     if _debug.level is DebugLevel.DETAIL:
         _detail(pg, "all_to_all_single", code, [input.shape] if equal else None)
     work = pg._pg.exchange("all_to_all", code, offs_in[1] if equal else 0, sends, recvs,
-                           (input, output))
+                           (input, output), sync=not async_op)
     return _finish(work, [output], async_op)
 
 
@@ -1680,6 +1689,9 @@ def barrier(group: Optional[ProcessGroup] = None, async_op: bool = False,
         return None
     if _debug.level is DebugLevel.DETAIL:
         _detail(pg, "barrier", None, None)
+    if timeout is None and not async_op:
+        pg._pg.barrier(True)
+        return None
     work = pg._pg.barrier()
     if async_op:
         return Work(work, [], timeout)

@@ -1,8 +1,15 @@
-//! Process groups: rendezvous through a store, a TCP mesh, and one worker thread that runs the
-//! group's operations in issue order.
+//! Process groups: rendezvous through a store, a mesh of links (shared memory on one host, TCP
+//! otherwise), and the engine that runs the group's operations in issue order.
+//!
+//! The engine sits behind a lock. A synchronous call on an idle group (nothing queued, no
+//! point-to-point transfer pending) runs on the calling thread (the binding releases the GIL):
+//! no thread hand-off before a byte moves. Asynchronous calls, and synchronous ones behind
+//! queued work, go to the group's worker thread, which also moves posted point-to-point
+//! transfers while nothing is queued. (An asynchronous call never runs inline: it must return
+//! at once even when its peers come late.)
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -14,9 +21,14 @@ use crate::spin::Spin;
 use crate::store::Store;
 use crate::tensor::{RawBuf, Tensor};
 use crate::transport::mesh::MeshTransport;
-use crate::transport::{Op, OpCtx, P2pDone, Signature, Transport};
+use crate::transport::{OpCtx, P2pDone, Signature, Transport};
 use crate::types::{CollectiveKind, DType, ReduceOp};
 use crate::work::{Keepalive, Work};
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock leaves plain data behind; keep using it.
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 type Job = Box<dyn FnOnce(&mut Engine) + Send>;
 
@@ -31,22 +43,27 @@ struct Queue {
     state: Mutex<QueueState>,
     /// Jobs queued and not yet taken, readable without the lock.
     queued: AtomicUsize,
+    /// Set once closed, readable without the lock.
+    closed: AtomicBool,
     cond: Condvar,
 }
 
 impl Queue {
-    fn lock(&self) -> MutexGuard<'_, QueueState> {
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    fn destroyed() -> Error {
+        Error::Runtime("the process group has been destroyed; create a new one".into())
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Self::destroyed());
+        }
+        Ok(())
     }
 
     fn push(&self, job: Job) -> Result<()> {
-        let mut st = self.lock();
+        let mut st = lock(&self.state);
         if st.closed {
-            return Err(Error::Runtime(
-                "the process group has been destroyed; create a new one".into(),
-            ));
+            return Err(Self::destroyed());
         }
         st.jobs.push_back(job);
         self.queued.fetch_add(1, Ordering::Release);
@@ -63,50 +80,39 @@ impl Queue {
         if !self.has_jobs() {
             return None;
         }
-        let job = self.lock().jobs.pop_front();
+        let job = lock(&self.state).jobs.pop_front();
         if job.is_some() {
             self.queued.fetch_sub(1, Ordering::Release);
         }
         job
     }
 
-    /// The next job; `None` once closed and drained.
-    fn pop(&self) -> Option<Job> {
+    /// Waits until a job is queued (true) or the queue is closed and drained (false).
+    fn wait_for_job(&self) -> bool {
         let mut spin = Spin::new();
-        loop {
-            if let Some(job) = self.try_pop() {
-                return Some(job);
+        while spin.again() {
+            if self.has_jobs() {
+                return true;
             }
-            let st = self.lock();
-            if st.closed {
-                return None;
-            }
-            drop(st);
-            if spin.again() {
-                continue;
-            }
-            let mut st = self.lock();
-            while st.jobs.is_empty() && !st.closed {
-                st = self
-                    .cond
-                    .wait(st)
-                    .unwrap_or_else(|poisoned| poisoned.into_inner());
-            }
-            drop(st);
-            if let Some(job) = self.try_pop() {
-                return Some(job);
-            }
-            return None;
         }
+        let mut st = lock(&self.state);
+        while st.jobs.is_empty() && !st.closed {
+            st = self
+                .cond
+                .wait(st)
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
+        !st.jobs.is_empty()
     }
 
     fn close(&self) {
-        self.lock().closed = true;
+        lock(&self.state).closed = true;
+        self.closed.store(true, Ordering::Release);
         self.cond.notify_all();
     }
 }
 
-/// State owned by the worker thread.
+/// The state operations run on: the transport and the group's collective sequence.
 struct Engine {
     transport: Box<dyn Transport>,
     seq: u64,
@@ -116,51 +122,13 @@ struct Engine {
     size: usize,
     /// monitored_barrier calls so far (they use tags of their own).
     monitored: u64,
-}
-
-/// A point-to-point transfer run to completion inside one job.
-enum P2p {
-    Send(usize, i64, RawBuf),
-    Recv(usize, i64, RawBuf),
+    cancel: Arc<Cancel>,
 }
 
 impl Engine {
-    /// Posts `ops` and moves bytes until each has finished or failed (a timeout fails only
-    /// that transfer); returns the per-op outcomes, or the error that broke the group.
-    fn drive_p2p(&mut self, ops: Vec<P2p>, deadline: Instant) -> Result<Vec<Result<usize>>> {
-        let outcomes: Arc<Mutex<Vec<Option<Result<usize>>>>> =
-            Arc::new(Mutex::new(vec![None; ops.len()]));
-        for (i, op) in ops.into_iter().enumerate() {
-            let slot = outcomes.clone();
-            let done: P2pDone = Box::new(move |r| {
-                if let Ok(mut v) = slot.lock() {
-                    v[i] = Some(r);
-                }
-            });
-            match op {
-                P2p::Send(p, tag, buf) => self.transport.post_send(p, tag, buf, deadline, done),
-                P2p::Recv(p, tag, buf) => {
-                    self.transport.post_recv(Some(p), tag, buf, deadline, done)
-                }
-            }
-        }
-        let all_done = || {
-            outcomes
-                .lock()
-                .map_or(true, |v| v.iter().all(Option::is_some))
-        };
-        while !all_done() {
-            let outcome = self.transport.pump(&all_done);
-            self.record(outcome)?;
-        }
-        let mut v = outcomes
-            .lock()
-            .map_err(|_| Error::Runtime("point-to-point bookkeeping poisoned".into()))?;
-        Ok(v.drain(..).map(|o| o.unwrap_or(Ok(0))).collect())
-    }
-
-    /// Runs one collective under a fresh sequence number; a network or backend failure makes
-    /// the group fail every later operation and tells the peers.
+    /// Runs one collective under a fresh sequence number; a network or backend failure (or
+    /// the user interrupting it) makes the group fail every later operation and tells the
+    /// peers.
     fn collective(
         &mut self,
         sig: Signature,
@@ -187,11 +155,18 @@ impl Engine {
     }
 
     fn record<T>(&mut self, outcome: Result<T>) -> Result<T> {
-        if let Err(e @ (Error::Network(_) | Error::Backend(_))) = &outcome {
-            if self.failed.is_none() {
-                self.failed = Some(e.clone());
-                self.transport.abort(&e.to_string());
-            }
+        let failure = match &outcome {
+            Err(e @ (Error::Network(_) | Error::Backend(_))) => e.clone(),
+            Err(Error::Interrupted) => Error::backend(
+                "the process group was aborted: an operation was interrupted (KeyboardInterrupt) \
+                 midway; destroy the group and create a new one",
+            ),
+            _ => return outcome,
+        };
+        if self.failed.is_none() {
+            self.cancel.raise(failure.clone());
+            self.transport.abort(&failure.to_string());
+            self.failed = Some(failure);
         }
         outcome
     }
@@ -201,17 +176,75 @@ impl Engine {
     }
 }
 
+/// What a group's handle, its worker and its Works share.
+struct Shared {
+    engine: Mutex<Engine>,
+    queue: Queue,
+    /// Raised by `abort`, an interrupted wait or a failure: the operation in progress stops,
+    /// queued and later ones fail.
+    cancel: Arc<Cancel>,
+}
+
+impl Shared {
+    /// The engine, when the group is idle: nothing queued, nothing in progress, no
+    /// point-to-point transfer pending. Jobs are taken from the queue only under the engine's
+    /// lock, so an empty queue seen under it means no earlier operation is still to run.
+    fn idle_engine(&self) -> Option<MutexGuard<'_, Engine>> {
+        let engine = self.engine.try_lock().ok()?;
+        (!self.queue.has_jobs() && !engine.transport.has_pending()).then_some(engine)
+    }
+
+    /// The worker: runs queued jobs, and moves posted transfers while none is queued.
+    fn serve(&self) {
+        loop {
+            let mut engine = lock(&self.engine);
+            if let Some(job) = self.queue.try_pop() {
+                job(&mut engine);
+                continue;
+            }
+            if engine.transport.has_pending() {
+                let outcome = engine.transport.pump(&|| self.queue.has_jobs());
+                let _ = engine.record(outcome);
+                continue;
+            }
+            drop(engine);
+            if !self.queue.wait_for_job() {
+                break;
+            }
+        }
+        let mut engine = lock(&self.engine);
+        if engine.failed.is_none() {
+            engine.transport.shutdown();
+        }
+    }
+}
+
+/// How an operation runs: queued (or, when small, inline) with a Work the caller waits on, or
+/// synchronously, returning once done.
+pub enum Run {
+    /// Returns a Work; the keepalive holds the caller's buffers until it completes.
+    Async(Option<Keepalive>),
+    /// Returns once the operation is done (the caller keeps its buffers meanwhile).
+    Sync,
+}
+
+impl Run {
+    /// An asynchronous mode without a keepalive (buffers owned by the engine).
+    pub fn detached() -> Run {
+        Run::Async(None)
+    }
+}
+
+type Body = Box<dyn FnOnce(&mut Engine) -> Result<Option<usize>> + Send>;
+
 /// A group of ranks. Construction is collective: every rank constructs it with the same store
-/// and name. Operations are queued to the group's worker and return a [`Work`].
+/// and name.
 pub struct ProcessGroup {
     rank: usize,
     size: usize,
     name: String,
     timeout: Duration,
-    queue: Arc<Queue>,
-    /// Raised by `abort` or an interrupted wait: the operation in progress stops, queued and
-    /// later ones fail.
-    cancel: Arc<Cancel>,
+    shared: Arc<Shared>,
     worker: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
@@ -276,8 +309,15 @@ impl Reduction {
     }
 }
 
+/// The blocks of a gather, scatter, all_to_all or all_gather of blocks of different sizes,
+/// by peer: `sends[q]` goes to rank q, `recvs[q]` comes from rank q.
+pub struct Blocks {
+    pub sends: Vec<(usize, RawBuf)>,
+    pub recvs: Vec<(usize, RawBuf)>,
+}
+
 impl ProcessGroup {
-    /// Joins the group: rendezvous under `name` in `store`, a TCP connection to every peer.
+    /// Joins the group: rendezvous under `name` in `store`, a link to every peer.
     pub fn new(
         store: Arc<dyn Store>,
         rank: usize,
@@ -304,46 +344,31 @@ impl ProcessGroup {
             shared_memory,
             cancel.clone(),
         )?;
-        let queue = Arc::new(Queue::default());
-        let mut engine = Engine {
-            transport: Box::new(transport),
-            seq: 0,
-            timeout,
-            algos,
-            failed: None,
-            size,
-            monitored: 0,
-        };
-        let worker_queue = queue.clone();
+        let shared = Arc::new(Shared {
+            engine: Mutex::new(Engine {
+                transport: Box::new(transport),
+                seq: 0,
+                timeout,
+                algos,
+                failed: None,
+                size,
+                monitored: 0,
+                cancel: cancel.clone(),
+            }),
+            queue: Queue::default(),
+            cancel,
+        });
+        let serving = shared.clone();
         let worker = std::thread::Builder::new()
             .name(format!("rustdist-{rank}"))
-            .spawn(move || {
-                loop {
-                    if let Some(job) = worker_queue.try_pop() {
-                        job(&mut engine);
-                    } else if engine.transport.has_pending() {
-                        // Posted sends and receives move while no job is queued.
-                        let outcome = engine.transport.pump(&|| worker_queue.has_jobs());
-                        let _ = engine.record(outcome);
-                    } else {
-                        match worker_queue.pop() {
-                            Some(job) => job(&mut engine),
-                            None => break,
-                        }
-                    }
-                }
-                if engine.failed.is_none() {
-                    engine.transport.shutdown();
-                }
-            })
+            .spawn(move || serving.serve())
             .map_err(|e| Error::Runtime(format!("cannot start the group's worker: {e}")))?;
         Ok(ProcessGroup {
             rank,
             size,
             name: name.to_string(),
             timeout,
-            queue,
-            cancel,
+            shared,
             worker: Mutex::new(Some(worker)),
         })
     }
@@ -372,11 +397,12 @@ impl ProcessGroup {
         what: &'static str,
         job: impl FnOnce(&mut Engine, Work) + Send + 'static,
     ) -> Result<Work> {
-        self.cancel.check()?;
-        let work = Work::owned(keep, &self.cancel, what);
+        self.shared.cancel.check()?;
+        let work = Work::owned(keep, &self.shared.cancel, what);
         let done = work.clone();
-        let cancel = self.cancel.clone();
-        self.queue
+        let cancel = self.shared.cancel.clone();
+        self.shared
+            .queue
             .push(Box::new(move |engine| match cancel.check() {
                 Err(e) => done.complete(Err(e), None),
                 Ok(()) => job(engine, done),
@@ -384,17 +410,36 @@ impl ProcessGroup {
         Ok(work)
     }
 
-    /// Queues `body` (operation `what`); its `Ok(Some(rank))` becomes the Work's source rank.
-    fn submit(
+    /// Runs `body` (operation `what`) as `mode` says: a synchronous call on an idle group on
+    /// the calling thread, returning `None`; else queued, with a Work (waited for here when
+    /// synchronous). `Ok(Some(rank))` of `body` becomes the Work's source rank.
+    fn start(
         &self,
-        keep: Option<Keepalive>,
+        mode: Run,
         what: &'static str,
         body: impl FnOnce(&mut Engine) -> Result<Option<usize>> + Send + 'static,
-    ) -> Result<Work> {
-        self.enqueue(keep, what, move |engine, done| match body(engine) {
+    ) -> Result<Option<Work>> {
+        self.shared.cancel.check()?;
+        self.shared.queue.check_open()?;
+        if matches!(mode, Run::Sync) {
+            if let Some(mut engine) = self.shared.idle_engine() {
+                return body(&mut engine).map(|_| None);
+            }
+        }
+        let body: Body = Box::new(body);
+        let (keep, sync) = match mode {
+            Run::Async(keep) => (keep, false),
+            Run::Sync => (None, true),
+        };
+        let work = self.enqueue(keep, what, move |engine, done| match body(engine) {
             Ok(src) => done.complete(Ok(()), src),
             Err(e) => done.complete(Err(e), None),
-        })
+        })?;
+        if sync {
+            work.wait(None)?;
+            return Ok(None);
+        }
+        Ok(Some(work))
     }
 
     fn check_rank(&self, what: &str, r: usize) -> Result<()> {
@@ -408,8 +453,8 @@ impl ProcessGroup {
     }
 
     /// In-place all_reduce of `t` with `red`.
-    pub fn all_reduce(&self, t: Tensor, red: Reduction, keep: Option<Keepalive>) -> Result<Work> {
-        self.reduction(t, None, red, keep)
+    pub fn all_reduce(&self, t: Tensor, red: Reduction, mode: Run) -> Result<Option<Work>> {
+        self.reduction(t, None, red, mode)
     }
 
     /// Reduces every rank's `t` into `t` on `root`; other ranks' tensors are left unchanged.
@@ -418,10 +463,10 @@ impl ProcessGroup {
         t: Tensor,
         root: usize,
         red: Reduction,
-        keep: Option<Keepalive>,
-    ) -> Result<Work> {
+        mode: Run,
+    ) -> Result<Option<Work>> {
         self.check_rank("reduce destination rank", root)?;
-        self.reduction(t, Some(root), red, keep)
+        self.reduction(t, Some(root), red, mode)
     }
 
     /// all_reduce (`root` None) or reduce to `root`: non-roots reduce a copy of their tensor.
@@ -430,8 +475,8 @@ impl ProcessGroup {
         t: Tensor,
         root: Option<usize>,
         red: Reduction,
-        keep: Option<Keepalive>,
-    ) -> Result<Work> {
+        mode: Run,
+    ) -> Result<Option<Work>> {
         red.check(t.dtype)?;
         let sig = Signature {
             kind: match root {
@@ -443,7 +488,7 @@ impl ProcessGroup {
             count: t.numel as u64,
         };
         let in_place = root.is_none_or(|r| r == self.rank);
-        self.submit(keep, sig.kind.name(), move |eng| {
+        self.start(mode, sig.kind.name(), move |eng| {
             let size = eng.size;
             eng.collective(sig, kernel_op(red.op), |tr, ctx, algos| {
                 // SAFETY: the caller keeps `t` alive and untouched until the Work completes.
@@ -456,171 +501,166 @@ impl ProcessGroup {
                     &mut scratch[..]
                 };
                 red.before(t.dtype, buf)?;
-                algorithms::all_reduce(tr, ctx, buf, algos)?;
+                match root {
+                    None => algorithms::all_reduce(tr, ctx, buf, algos)?,
+                    Some(root) => algorithms::reduce(tr, ctx, buf, root, algos)?,
+                }
                 red.after(t.dtype, buf, size)
             })?;
             Ok(None)
         })
     }
 
-    /// One collective step of point-to-point transfers: `sends[i] = (peer, data)` and
-    /// `recvs[j] = (peer, buffer)`, all concurrent; a transfer to this rank itself is a copy
-    /// (the k-th send to self fills the k-th receive from self). Serves gather, scatter,
-    /// all_to_all and gathers of different sizes; `count` is what every rank agrees on (0 when
-    /// sizes legitimately differ: the lengths are still checked message by message).
+    /// gather, scatter, all_to_all, or all_gather of blocks of different sizes (`kind`),
+    /// given as the blocks this rank sends and receives by peer (see [`Blocks`]): a gather
+    /// sends one block to the root, which receives one from every rank; a scatter the other
+    /// way; an all_gather sends the same block to every rank. `count` is what every rank
+    /// agrees on (0 when sizes legitimately differ: each block's length is still checked).
     pub fn exchange(
         &self,
         kind: CollectiveKind,
         dtype: DType,
         count: u64,
-        sends: Vec<(usize, RawBuf)>,
-        recvs: Vec<(usize, RawBuf)>,
-        keep: Option<Keepalive>,
-    ) -> Result<Work> {
-        for &(p, _) in sends.iter().chain(recvs.iter()) {
+        blocks: Blocks,
+        mode: Run,
+    ) -> Result<Option<Work>> {
+        for &(p, _) in blocks.sends.iter().chain(blocks.recvs.iter()) {
             self.check_rank(&format!("{} peer rank", kind.name()), p)?;
         }
-        let to_self: Vec<RawBuf> = sends
-            .iter()
-            .filter(|(p, _)| *p == self.rank)
-            .map(|(_, b)| *b)
-            .collect();
-        let from_self: Vec<RawBuf> = recvs
-            .iter()
-            .filter(|(p, _)| *p == self.rank)
-            .map(|(_, b)| *b)
-            .collect();
-        if to_self.len() != from_self.len()
-            || to_self
-                .iter()
-                .zip(&from_self)
-                .any(|(a, b)| a.len() != b.len())
+        let own = |list: &[(usize, RawBuf)]| {
+            list.iter()
+                .filter(|(p, _)| *p == self.rank)
+                .map(|(_, b)| b.len())
+                .collect::<Vec<_>>()
+        };
+        if matches!(kind, CollectiveKind::AllToAll | CollectiveKind::AllGather)
+            && own(&blocks.sends) != own(&blocks.recvs)
         {
             return Err(Error::invalid(format!(
                 "{}: the block this rank sends to itself does not fit the block it receives from itself",
                 kind.name()
             )));
         }
+        let (rank, size) = (self.rank, self.size);
+        let root = match kind {
+            CollectiveKind::Gather => blocks.sends.first().map(|&(p, _)| p),
+            CollectiveKind::Scatter => blocks.recvs.first().map(|&(p, _)| p),
+            CollectiveKind::AllToAll | CollectiveKind::AllGather => Some(rank),
+            other => {
+                return Err(Error::invalid(format!(
+                    "{} is not an exchange of blocks",
+                    other.name()
+                )))
+            }
+        }
+        .ok_or_else(|| Error::invalid(format!("{}: no block to move", kind.name())))?;
+        let by_peer = |list: &[(usize, RawBuf)], what: &str| -> Result<Vec<RawBuf>> {
+            let mut out: Vec<Option<RawBuf>> = vec![None; size];
+            for &(p, b) in list {
+                if out[p].replace(b).is_some() {
+                    return Err(Error::invalid(format!(
+                        "{}: two {what} blocks for rank {p}",
+                        kind.name()
+                    )));
+                }
+            }
+            out.into_iter()
+                .enumerate()
+                .map(|(p, b)| {
+                    b.ok_or_else(|| {
+                        Error::invalid(format!("{}: no {what} block for rank {p}", kind.name()))
+                    })
+                })
+                .collect()
+        };
+        let (sends, recvs) = match kind {
+            CollectiveKind::Gather if rank == root => {
+                (vec![blocks.sends[0].1], by_peer(&blocks.recvs, "receive")?)
+            }
+            CollectiveKind::Scatter if rank == root => {
+                (by_peer(&blocks.sends, "send")?, vec![blocks.recvs[0].1])
+            }
+            CollectiveKind::Gather | CollectiveKind::Scatter => (
+                blocks.sends.iter().map(|&(_, b)| b).collect(),
+                blocks.recvs.iter().map(|&(_, b)| b).collect(),
+            ),
+            _ => (
+                by_peer(&blocks.sends, "send")?,
+                by_peer(&blocks.recvs, "receive")?,
+            ),
+        };
         let sig = Signature {
             kind,
             dtype,
             op: ReduceOp::Sum,
             count,
         };
-        let rank = self.rank;
-        self.submit(keep, kind.name(), move |eng| {
-            eng.collective(sig, ReduceOp::Sum, |tr, ctx, _| {
-                for (src, dst) in to_self.iter().zip(&from_self) {
-                    // SAFETY: both blocks are alive until the Work completes; ptr::copy allows
-                    // them to overlap.
-                    unsafe {
-                        std::ptr::copy(
-                            src.as_slice().as_ptr(),
-                            dst.as_mut_slice().as_mut_ptr(),
-                            src.len(),
-                        )
-                    };
+        self.start(mode, kind.name(), move |eng| {
+            eng.collective(sig, ReduceOp::Sum, |tr, ctx, algos| {
+                // SAFETY: the caller keeps every block alive and untouched until completion;
+                // a block never appears twice (checked above), except an all_gather's input,
+                // which is only read.
+                let ins: Vec<&[u8]> = sends.iter().map(|b| unsafe { b.as_slice() }).collect();
+                // SAFETY: as above; output blocks are distinct from each other.
+                let mut outs: Vec<&mut [u8]> =
+                    recvs.iter().map(|b| unsafe { b.as_mut_slice() }).collect();
+                match kind {
+                    CollectiveKind::Gather => {
+                        let input = ins.first().copied().unwrap_or(&[]);
+                        algorithms::gather(tr, ctx, input, &mut outs, root, algos)
+                    }
+                    CollectiveKind::Scatter => {
+                        let mut empty: [u8; 0] = [];
+                        let output = outs.first_mut().map_or(&mut empty[..], |o| &mut **o);
+                        algorithms::scatter(tr, ctx, &ins, output, root, algos)
+                    }
+                    CollectiveKind::AllGather => {
+                        // SAFETY: lengths checked equal; ptr::copy allows the input to be
+                        // the output block itself.
+                        unsafe {
+                            std::ptr::copy(
+                                ins[rank].as_ptr(),
+                                outs[rank].as_mut_ptr(),
+                                ins[rank].len(),
+                            )
+                        };
+                        algorithms::all_gather(tr, ctx, &mut outs, algos)
+                    }
+                    _ => algorithms::all_to_all(tr, ctx, &ins, &mut outs, algos),
                 }
-                // SAFETY: the caller keeps every block alive and untouched until completion.
-                let mut ops: Vec<Op<'_>> = sends
-                    .iter()
-                    .filter(|(p, _)| *p != rank)
-                    .map(|(p, b)| Op::Send {
-                        peer: *p,
-                        data: unsafe { b.as_slice() },
-                    })
-                    .chain(recvs.iter().filter(|(p, _)| *p != rank).map(|(p, b)| {
-                        // SAFETY: as above.
-                        Op::Recv {
-                            peer: *p,
-                            buf: unsafe { b.as_mut_slice() },
-                        }
-                    }))
-                    .collect();
-                tr.exchange(ctx, &mut ops)
             })?;
             Ok(None)
         })
     }
 
-    /// torch's monitored_barrier: rank 0 waits up to `timeout` for every other rank and fails
-    /// naming the first rank that did not arrive (every such rank with `wait_all_ranks`); the
-    /// others wait for rank 0's verdict. A failure here does not break the group.
+    /// torch's monitored_barrier (see `algorithms/monitored_barrier`): a late rank fails this
+    /// call only; the group stays usable.
     pub fn monitored_barrier(&self, timeout: Duration, wait_all_ranks: bool) -> Result<Work> {
-        let (rank, size) = (self.rank, self.size);
-        self.submit(None, "monitored_barrier", move |eng| {
+        let work = self.start(Run::detached(), "monitored_barrier", move |eng| {
             eng.check()?;
             eng.monitored += 1;
             // Tags below every user tag, one pair per call, so late arrivals never match.
             let tag = i64::MIN + 2 * eng.monitored as i64;
-            let deadline = Instant::now() + timeout;
-            let verdict = if rank == 0 {
-                let mut arrived = vec![0u8; size];
-                let peers: Vec<usize> = (1..size).collect();
-                let outcomes = eng.drive_p2p(
-                    peers
-                        .iter()
-                        .map(|&p| P2p::Recv(p, tag, RawBuf::from_mut_slice(&mut arrived[p..p + 1])))
-                        .collect(),
-                    deadline,
-                )?;
-                let missing: Vec<usize> = peers
-                    .iter()
-                    .zip(&outcomes)
-                    .filter(|(_, o)| o.is_err())
-                    .map(|(&p, _)| p)
-                    .collect();
-                let shown: Vec<String> = missing
-                    .iter()
-                    .take(if wait_all_ranks { missing.len() } else { 1 })
-                    .map(|p| p.to_string())
-                    .collect();
-                let verdict = if missing.is_empty() {
-                    Ok(())
-                } else {
-                    Err(Error::backend(format!(
-                        "[Rank 0]: Rank{} {} failed to pass monitoredBarrier in {} ms",
-                        if shown.len() > 1 { "s" } else { "" },
-                        shown.join(", "),
-                        timeout.as_millis()
-                    )))
-                };
-                let mut flag = [u8::from(verdict.is_err())];
-                let arrived_peers: Vec<usize> =
-                    peers.iter().copied().filter(|p| !missing.contains(p)).collect();
-                let sends = arrived_peers
-                    .iter()
-                    .map(|&p| P2p::Send(p, tag + 1, RawBuf::from_mut_slice(&mut flag)))
-                    .collect();
-                eng.drive_p2p(sends, eng.deadline())?;
-                verdict
-            } else {
-                let mut token = [1u8];
-                let mut flag = [0u8];
-                let arrive = vec![P2p::Send(0, tag, RawBuf::from_mut_slice(&mut token))];
-                let sent = eng.drive_p2p(arrive, deadline)?;
-                // Rank 0 decides only once its own wait is over: allow the group's timeout.
-                let verdict = vec![P2p::Recv(0, tag + 1, RawBuf::from_mut_slice(&mut flag))];
-                let mut outcomes = eng.drive_p2p(verdict, deadline.max(eng.deadline()))?;
-                outcomes.splice(0..0, sent);
-                match (&outcomes[1], flag[0]) {
-                    (Ok(_), 0) => Ok(()),
-                    (Ok(_), _) => Err(Error::backend(format!(
-                        "[Rank {rank}]: monitored_barrier failed on rank 0: another rank did not arrive in {} ms",
-                        timeout.as_millis()
-                    ))),
-                    (Err(_), _) => Err(Error::backend(format!(
-                        "[Rank {rank}]: rank 0 did not complete monitored_barrier in {} ms",
-                        timeout.as_millis()
-                    ))),
-                }
-            };
-            verdict.map(|()| None)
-        })
+            let grace = eng.timeout;
+            let verdict = algorithms::monitored_barrier::linear::monitored_barrier(
+                eng.transport.as_mut(),
+                tag,
+                timeout,
+                wait_all_ranks,
+                grace,
+            );
+            match verdict {
+                // A transport failure breaks the group; a late rank fails only this call.
+                Err(e @ (Error::Network(_) | Error::Interrupted)) => eng.record(Err(e)),
+                other => other,
+            }
+            .map(|()| None)
+        })?;
+        work.ok_or_else(|| Error::Runtime("monitored_barrier returned no Work".into()))
     }
 
     /// Broadcast of `t` from `root` to every rank, in place.
-    pub fn broadcast(&self, t: Tensor, root: usize, keep: Option<Keepalive>) -> Result<Work> {
+    pub fn broadcast(&self, t: Tensor, root: usize, mode: Run) -> Result<Option<Work>> {
         self.check_rank("broadcast root", root)?;
         let sig = Signature {
             kind: CollectiveKind::Broadcast,
@@ -628,7 +668,7 @@ impl ProcessGroup {
             op: ReduceOp::Sum,
             count: t.numel as u64,
         };
-        self.submit(keep, "broadcast", move |eng| {
+        self.start(mode, "broadcast", move |eng| {
             eng.collective(sig, ReduceOp::Sum, |tr, ctx, algos| {
                 // SAFETY: the caller keeps `t` alive and untouched until the Work completes.
                 let buf = unsafe { t.buf.as_mut_slice() };
@@ -638,13 +678,13 @@ impl ProcessGroup {
         })
     }
 
-    /// Gathers every rank's `input` into `outputs[rank]` on every rank.
+    /// Gathers every rank's `input` into `outputs[rank]` on every rank (blocks of one size).
     pub fn all_gather(
         &self,
         input: Tensor,
         outputs: Vec<RawBuf>,
-        keep: Option<Keepalive>,
-    ) -> Result<Work> {
+        mode: Run,
+    ) -> Result<Option<Work>> {
         if outputs.len() != self.size {
             return Err(Error::invalid(format!(
                 "all_gather needs {} output tensors (one per rank), got {}",
@@ -672,7 +712,7 @@ impl ProcessGroup {
             count: input.numel as u64,
         };
         let rank = self.rank;
-        self.submit(keep, "all_gather", move |eng| {
+        self.start(mode, "all_gather", move |eng| {
             eng.collective(sig, ReduceOp::Sum, |tr, ctx, algos| {
                 let own = outputs[rank];
                 // SAFETY: both views are alive until the Work completes; ptr::copy allows the
@@ -702,8 +742,8 @@ impl ProcessGroup {
         input: Tensor,
         output: Tensor,
         red: Reduction,
-        keep: Option<Keepalive>,
-    ) -> Result<Work> {
+        mode: Run,
+    ) -> Result<Option<Work>> {
         red.check(input.dtype)?;
         if input.dtype != output.dtype {
             return Err(Error::invalid(format!(
@@ -724,14 +764,20 @@ impl ProcessGroup {
             op: red.op,
             count: output.numel as u64,
         };
-        self.submit(keep, "reduce_scatter", move |eng| {
+        self.start(mode, "reduce_scatter", move |eng| {
             let size = eng.size;
             eng.collective(sig, kernel_op(red.op), |tr, ctx, algos| {
                 // SAFETY: the caller keeps both tensors alive and untouched until completion.
                 let (src, out) = unsafe { (input.buf.as_slice(), output.buf.as_mut_slice()) };
-                let mut work = src.to_vec();
-                red.before(input.dtype, &mut work)?;
-                algorithms::reduce_scatter(tr, ctx, &mut work, out.len(), out, algos)?;
+                let mut scaled;
+                let src = if red.premul.is_some() && red.op == ReduceOp::PremulSum {
+                    scaled = src.to_vec();
+                    red.before(input.dtype, &mut scaled)?;
+                    &scaled[..]
+                } else {
+                    src
+                };
+                algorithms::reduce_scatter(tr, ctx, src, out, algos)?;
                 red.after(output.dtype, out, size)
             })?;
             Ok(None)
@@ -739,14 +785,14 @@ impl ProcessGroup {
     }
 
     /// Returns once every rank has entered the barrier.
-    pub fn barrier(&self) -> Result<Work> {
+    pub fn barrier(&self, mode: Run) -> Result<Option<Work>> {
         let sig = Signature {
             kind: CollectiveKind::Barrier,
             dtype: DType::U8,
             op: ReduceOp::Sum,
             count: 0,
         };
-        self.submit(None, "barrier", move |eng| {
+        self.start(mode, "barrier", move |eng| {
             eng.collective(sig, ReduceOp::Sum, |tr, ctx, algos| {
                 algorithms::barrier(tr, ctx, algos)
             })?;
@@ -808,12 +854,8 @@ impl ProcessGroup {
     /// close; returns once the worker has finished (each queued operation is bounded by the
     /// group's timeout).
     pub fn shutdown(&self) {
-        self.queue.close();
-        let worker = self
-            .worker
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .take();
+        self.shared.queue.close();
+        let worker = lock(&self.worker).take();
         if let Some(worker) = worker {
             // A worker that panicked has nothing left to clean up.
             let _ = worker.join();
@@ -823,19 +865,20 @@ impl ProcessGroup {
     /// Fails the operation in progress (at its next poll, within milliseconds) and all queued
     /// work, and tells the peers.
     pub fn abort(&self) {
-        self.cancel
+        self.shared
+            .cancel
             .raise(Error::backend("the process group was aborted"));
-        let _ = self.queue.push(Box::new(|engine| {
+        let _ = self.shared.queue.push(Box::new(|engine| {
             let outcome: Result<()> = Err(Error::backend("the process group was aborted"));
             let _ = engine.record(outcome);
         }));
-        self.queue.close();
+        self.shared.queue.close();
     }
 }
 
 impl Drop for ProcessGroup {
     fn drop(&mut self) {
-        self.queue.close();
+        self.shared.queue.close();
     }
 }
 

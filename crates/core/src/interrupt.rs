@@ -19,6 +19,9 @@ static HOOK: OnceLock<fn() -> bool> = OnceLock::new();
 
 thread_local! {
     static ENABLED: Cell<bool> = const { Cell::new(false) };
+    /// When the hook may be asked next: polling loops call [`check`] often, the hook (which
+    /// takes the GIL) runs at most every [`POLL`].
+    static NEXT_ASK: Cell<Option<Instant>> = const { Cell::new(None) };
 }
 
 /// Installs the hook that says whether the current wait must stop (first call wins).
@@ -33,6 +36,7 @@ pub struct Enabled {
 
 /// Enables interruption of this thread's blocking waits until the guard drops.
 pub fn enable() -> Enabled {
+    NEXT_ASK.with(|n| n.set(None));
     Enabled {
         before: ENABLED.with(|e| e.replace(true)),
     }
@@ -48,9 +52,18 @@ fn enabled() -> bool {
     ENABLED.with(Cell::get)
 }
 
-/// `Err(Error::Interrupted)` when this thread is interruptible and the hook asks to stop.
+/// `Err(Error::Interrupted)` when this thread is interruptible and the hook asks to stop
+/// (asked at most every [`POLL`]).
 pub fn check() -> Result<()> {
-    if enabled() && HOOK.get().is_some_and(|hook| hook()) {
+    if !enabled() {
+        return Ok(());
+    }
+    let now = Instant::now();
+    if NEXT_ASK.with(Cell::get).is_some_and(|next| now < next) {
+        return Ok(());
+    }
+    NEXT_ASK.with(|n| n.set(Some(now + POLL)));
+    if HOOK.get().is_some_and(|hook| hook()) {
         return Err(Error::Interrupted);
     }
     Ok(())

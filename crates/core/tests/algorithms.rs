@@ -1,27 +1,77 @@
 //! Every algorithm x world size 1..=5 x awkward lengths x every dtype x every supported op,
-//! run on n threads over the in-memory mesh, against a sequential reference.
+//! run on n threads over the in-memory mesh (ranks on separate hosts, on one host sharing a
+//! workspace, or mixed), against a sequential reference; plus random cases (a property test).
 
 use std::time::{Duration, Instant};
 
 use half::{bf16, f16};
-use rustdist_core::algorithms::{self, allgather, allreduce, broadcast, reduce_scatter};
-use rustdist_core::algorithms::{barrier, AlgoOverrides};
+use rustdist_core::algorithms::{self, allgather, allreduce, alltoall, barrier, broadcast};
+use rustdist_core::algorithms::{gather, reduce, reduce_scatter, scatter, AlgoOverrides};
 use rustdist_core::reduce::{check_supported, reduce_into};
-use rustdist_core::transport::local::{mesh, LocalTransport};
+use rustdist_core::transport::local::{mesh, mesh_on_hosts, LocalTransport};
 use rustdist_core::transport::{OpCtx, Signature, Transport};
 use rustdist_core::{CollectiveKind, DType, Error, ReduceOp, Result};
 
-/// Runs `f` on every rank of a fresh mesh of `n`, one thread each; results in rank order.
+/// Runs `f` on every rank of a fresh mesh of `n` (each rank a host of its own), one thread
+/// each; results in rank order.
 fn run<T: Send>(n: usize, f: impl Fn(&mut LocalTransport) -> T + Sync) -> Vec<T> {
+    run_on(&(0..n).collect::<Vec<_>>(), f)
+}
+
+/// As [`run`], with rank r on host `host_of[r]` (ranks of a host share a workspace).
+fn run_on<T: Send>(host_of: &[usize], f: impl Fn(&mut LocalTransport) -> T + Sync) -> Vec<T> {
     let f = &f;
+    let ranks = if host_of.iter().enumerate().all(|(r, &h)| r == h) {
+        mesh(host_of.len())
+    } else {
+        mesh_on_hosts(host_of)
+    };
     std::thread::scope(|s| {
-        let handles: Vec<_> = mesh(n)
+        let handles: Vec<_> = ranks
             .into_iter()
             .map(|mut t| s.spawn(move || f(&mut t)))
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     })
 }
+
+/// Where the ranks of a world of `n` sit, as each kind of algorithm needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    /// A host per rank: TCP-like.
+    Apart,
+    /// All on one host: the shared-memory workspace.
+    Together,
+    /// Hosts of two ranks (the last one may hold one): hierarchical.
+    Mixed,
+}
+
+impl Layout {
+    fn hosts(self, n: usize) -> Vec<usize> {
+        match self {
+            Layout::Apart => (0..n).collect(),
+            Layout::Together => vec![0; n],
+            Layout::Mixed => (0..n).map(|r| r / 2).collect(),
+        }
+    }
+}
+
+/// Dtypes that cover every element size and kind (float, half, integer, bool, complex).
+const SAMPLE_DTYPES: [DType; 6] = [
+    DType::F32,
+    DType::BF16,
+    DType::I8,
+    DType::I64,
+    DType::Bool,
+    DType::C128,
+];
+
+/// Ops whose results depend on operand order or pairing in different ways; the kernels
+/// themselves are tested for every op in `reduce.rs`.
+const SAMPLE_OPS: [ReduceOp; 3] = [ReduceOp::Sum, ReduceOp::Product, ReduceOp::Max];
+
+/// The layouts the dispatchers run on.
+const ALL_LAYOUTS: [Layout; 3] = [Layout::Apart, Layout::Together, Layout::Mixed];
 
 fn ctx(kind: CollectiveKind, dtype: DType, op: ReduceOp, count: usize) -> OpCtx {
     OpCtx {
@@ -132,16 +182,17 @@ fn lengths(n: usize) -> Vec<usize> {
 
 type AllReduceFn = fn(&mut dyn Transport, &OpCtx, &mut [u8]) -> Result<()>;
 
-/// The all_reduce algorithms, each also with tiny segments so that multi-segment paths run.
-fn all_reduce_algos() -> Vec<(&'static str, AllReduceFn)> {
+/// The all_reduce algorithms with the layout they run on, each also with tiny segments so that
+/// multi-segment paths run.
+fn all_reduce_algos() -> Vec<(&'static str, Layout, AllReduceFn)> {
     vec![
-        ("ring", |t, c, b| {
+        ("ring", Layout::Apart, |t, c, b| {
             allreduce::ring::all_reduce(t, c, b, allreduce::ring::DEFAULT_MAX_CHUNK_BYTES)
         }),
-        ("ring/small-chunks", |t, c, b| {
+        ("ring/small-chunks", Layout::Apart, |t, c, b| {
             allreduce::ring::all_reduce(t, c, b, 40)
         }),
-        ("recursive_doubling", |t, c, b| {
+        ("recursive_doubling", Layout::Apart, |t, c, b| {
             allreduce::recursive_doubling::all_reduce(
                 t,
                 c,
@@ -149,10 +200,31 @@ fn all_reduce_algos() -> Vec<(&'static str, AllReduceFn)> {
                 allreduce::recursive_doubling::DEFAULT_MAX_SEGMENT_BYTES,
             )
         }),
-        ("recursive_doubling/small-segments", |t, c, b| {
-            allreduce::recursive_doubling::all_reduce(t, c, b, 48)
+        (
+            "recursive_doubling/small-segments",
+            Layout::Apart,
+            |t, c, b| allreduce::recursive_doubling::all_reduce(t, c, b, 48),
+        ),
+        (
+            "shm_oneshot",
+            Layout::Together,
+            allreduce::shm_oneshot::all_reduce,
+        ),
+        (
+            "shm_twoshot",
+            Layout::Together,
+            allreduce::shm_twoshot::all_reduce,
+        ),
+        ("hierarchical", Layout::Mixed, |t, c, b| {
+            allreduce::hierarchical::all_reduce(t, c, b, &AlgoOverrides::default())
         }),
-        ("dispatcher", |t, c, b| {
+        ("dispatcher", Layout::Apart, |t, c, b| {
+            algorithms::all_reduce(t, c, b, &AlgoOverrides::default())
+        }),
+        ("dispatcher/shared", Layout::Together, |t, c, b| {
+            algorithms::all_reduce(t, c, b, &AlgoOverrides::default())
+        }),
+        ("dispatcher/mixed", Layout::Mixed, |t, c, b| {
             algorithms::all_reduce(t, c, b, &AlgoOverrides::default())
         }),
     ]
@@ -165,32 +237,73 @@ fn supported_ops(dtype: DType) -> Vec<ReduceOp> {
         .collect()
 }
 
+/// Lengths around the workspace's thresholds: what fits in a flag's cache line (48 bytes)
+/// and what spans several slots (1 MiB), for elements of `es` bytes.
+fn threshold_lengths(es: usize) -> Vec<usize> {
+    vec![40 / es, 48 / es, 48 / es + 1, (1 << 20) / es + 3]
+}
+
 #[test]
 fn all_reduce_every_algorithm_world_length_dtype_op() {
-    for (name, algo) in all_reduce_algos() {
+    for (name, layout, algo) in all_reduce_algos() {
         for n in 1..=5 {
             for numel in lengths(n) {
                 for dtype in DType::ALL {
-                    // Small-segment variants only need lengths that span several segments;
-                    // the dispatcher runs the same code as the named algorithms.
-                    if numel > 1000
-                        && (name.contains('/') || name == "dispatcher" && dtype != DType::F32)
-                    {
+                    // Variants only need lengths that span several segments; the dispatchers
+                    // run the same code as the named algorithms; the workspace algorithms
+                    // share one reduction path for every dtype, so a sample of them will do.
+                    if numel > 1000 && (name.contains('/') && dtype != DType::F32) {
+                        continue;
+                    }
+                    if layout != Layout::Apart && !SAMPLE_DTYPES.contains(&dtype) {
                         continue;
                     }
                     let inputs: Vec<_> = (0..n).map(|r| input(dtype, numel, r)).collect();
                     for op in supported_ops(dtype) {
+                        if layout != Layout::Apart && !SAMPLE_OPS.contains(&op) {
+                            continue;
+                        }
                         let what = format!("{name} n={n} numel={numel} {dtype:?} {op:?}");
-                        let c = ctx(CollectiveKind::AllReduce, dtype, op, numel);
-                        let outs = run(n, |t| {
-                            let mut buf = inputs[t.rank()].clone();
-                            algo(t, &c, &mut buf).map(|_| buf)
-                        });
-                        let outs: Vec<_> = outs.into_iter().map(|o| o.expect(&what)).collect();
-                        assert_identical(&outs, &what);
-                        let want = reference(dtype, op, &inputs);
-                        assert_matches_reference(dtype, &outs[0], &want, &what);
+                        check_all_reduce(layout, algo, &inputs, dtype, op, &what);
                     }
+                }
+            }
+        }
+    }
+}
+
+fn check_all_reduce(
+    layout: Layout,
+    algo: AllReduceFn,
+    inputs: &[Vec<u8>],
+    dtype: DType,
+    op: ReduceOp,
+    what: &str,
+) {
+    let numel = inputs[0].len() / dtype.size();
+    let c = ctx(CollectiveKind::AllReduce, dtype, op, numel);
+    let outs = run_on(&layout.hosts(inputs.len()), |t| {
+        let mut buf = inputs[t.rank()].clone();
+        algo(t, &c, &mut buf).map(|_| buf)
+    });
+    let outs: Vec<_> = outs.into_iter().map(|o| o.expect(what)).collect();
+    assert_identical(&outs, what);
+    let want = reference(dtype, op, inputs);
+    assert_matches_reference(dtype, &outs[0], &want, what);
+}
+
+#[test]
+fn workspace_algorithms_across_their_thresholds() {
+    for (name, layout, algo) in all_reduce_algos() {
+        if layout == Layout::Apart || name.starts_with("dispatcher/") {
+            continue;
+        }
+        for n in [2, 3] {
+            for dtype in [DType::F32, DType::BF16, DType::C128] {
+                for numel in threshold_lengths(dtype.size()) {
+                    let inputs: Vec<_> = (0..n).map(|r| input(dtype, numel, r)).collect();
+                    let what = format!("{name} n={n} numel={numel} {dtype:?}");
+                    check_all_reduce(layout, algo, &inputs, dtype, ReduceOp::Sum, &what);
                 }
             }
         }
@@ -209,7 +322,7 @@ fn all_reduce_is_bitwise_identical_with_nan_and_signed_zero() {
         1.0,
         f32::from_bits(0x7fc0_0001),
     ];
-    for (name, algo) in all_reduce_algos() {
+    for (name, layout, algo) in all_reduce_algos() {
         for n in 2..=5 {
             for op in [ReduceOp::Min, ReduceOp::Max, ReduceOp::Sum] {
                 let inputs: Vec<Vec<u8>> = (0..n)
@@ -220,7 +333,7 @@ fn all_reduce_is_bitwise_identical_with_nan_and_signed_zero() {
                     })
                     .collect();
                 let c = ctx(CollectiveKind::AllReduce, DType::F32, op, 36);
-                let outs = run(n, |t| {
+                let outs = run_on(&layout.hosts(n), |t| {
                     let mut buf = inputs[t.rank()].clone();
                     algo(t, &c, &mut buf).map(|_| buf)
                 });
@@ -234,39 +347,53 @@ fn all_reduce_is_bitwise_identical_with_nan_and_signed_zero() {
 #[test]
 fn broadcast_every_algorithm_world_length_root() {
     type BcastFn = fn(&mut dyn Transport, &OpCtx, &mut [u8], usize) -> Result<()>;
-    let algos: [(&str, BcastFn); 4] = [
-        ("binomial_tree", broadcast::binomial_tree::broadcast),
-        ("chain", |t, c, b, r| {
+    let algos: [(&str, &[Layout], BcastFn); 6] = [
+        (
+            "binomial_tree",
+            &[Layout::Apart],
+            broadcast::binomial_tree::broadcast,
+        ),
+        ("chain", &[Layout::Apart], |t, c, b, r| {
             broadcast::chain::broadcast(t, c, b, r, broadcast::chain::DEFAULT_SEGMENT_BYTES)
         }),
-        ("chain/small-segments", |t, c, b, r| {
+        ("chain/small-segments", &[Layout::Apart], |t, c, b, r| {
             broadcast::chain::broadcast(t, c, b, r, 7)
         }),
-        ("dispatcher", |t, c, b, r| {
+        ("shm", &[Layout::Together], broadcast::shm::broadcast),
+        ("hierarchical", &[Layout::Mixed], |t, c, b, r| {
+            broadcast::hierarchical::broadcast(t, c, b, r, &AlgoOverrides::default())
+        }),
+        ("dispatcher", &ALL_LAYOUTS, |t, c, b, r| {
             algorithms::broadcast(t, c, b, r, &AlgoOverrides::default())
         }),
     ];
-    for (name, algo) in algos {
-        for n in 1..=5 {
-            for numel in lengths(n) {
-                if name.contains('/') && numel > 1000 {
-                    continue;
-                }
-                for dtype in [DType::U8, DType::F16, DType::C128] {
-                    for root in 0..n {
-                        let what = format!("{name} n={n} numel={numel} {dtype:?} root={root}");
-                        let data = input(dtype, numel, root + 7);
-                        let c = ctx(CollectiveKind::Broadcast, dtype, ReduceOp::Sum, numel);
-                        let outs = run(n, |t| {
-                            let mut buf = if t.rank() == root {
-                                data.clone()
-                            } else {
-                                vec![0xAB; data.len()]
-                            };
-                            algo(t, &c, &mut buf, root).map(|_| buf)
-                        });
-                        for (r, o) in outs.into_iter().enumerate() {
-                            assert!(o.expect(&what) == data, "{what}: rank {r}");
+    for (name, layouts, algo) in algos {
+        for &layout in layouts {
+            for n in 1..=5 {
+                let mut sizes = lengths(n);
+                sizes.extend(threshold_lengths(1));
+                for numel in sizes {
+                    if name.contains('/') && numel > 1000 {
+                        continue;
+                    }
+                    for dtype in [DType::U8, DType::F16, DType::C128] {
+                        for root in 0..n {
+                            let what = format!(
+                                "{name} {layout:?} n={n} numel={numel} {dtype:?} root={root}"
+                            );
+                            let data = input(dtype, numel, root + 7);
+                            let c = ctx(CollectiveKind::Broadcast, dtype, ReduceOp::Sum, numel);
+                            let outs = run_on(&layout.hosts(n), |t| {
+                                let mut buf = if t.rank() == root {
+                                    data.clone()
+                                } else {
+                                    vec![0xAB; data.len()]
+                                };
+                                algo(t, &c, &mut buf, root).map(|_| buf)
+                            });
+                            for (r, o) in outs.into_iter().enumerate() {
+                                assert!(o.expect(&what) == data, "{what}: rank {r}");
+                            }
                         }
                     }
                 }
@@ -278,39 +405,52 @@ fn broadcast_every_algorithm_world_length_root() {
 #[test]
 fn all_gather_every_algorithm_world_length() {
     type GatherFn = fn(&mut dyn Transport, &OpCtx, &mut [&mut [u8]]) -> Result<()>;
-    let algos: [(&str, GatherFn); 3] = [
-        ("ring", allgather::ring::all_gather),
-        ("direct", allgather::direct::all_gather),
-        ("dispatcher", |t, c, b| {
+    let algos: [(&str, &[Layout], GatherFn); 5] = [
+        ("ring", &[Layout::Apart], allgather::ring::all_gather),
+        ("direct", &[Layout::Apart], allgather::direct::all_gather),
+        ("shm", &[Layout::Together], allgather::shm::all_gather),
+        (
+            "hierarchical",
+            &[Layout::Mixed],
+            allgather::hierarchical::all_gather,
+        ),
+        ("dispatcher", &ALL_LAYOUTS, |t, c, b| {
             algorithms::all_gather(t, c, b, &AlgoOverrides::default())
         }),
     ];
-    for (name, algo) in algos {
-        for n in 1..=5 {
-            for numel in lengths(n) {
-                for dtype in [DType::Bool, DType::I32, DType::BF16] {
-                    for uneven in [false, true] {
-                        let what = format!("{name} n={n} numel={numel} {dtype:?} uneven={uneven}");
-                        // Uneven: rank i's block has numel + i elements.
-                        let len = |i: usize| numel + if uneven { i } else { 0 };
-                        let data: Vec<_> = (0..n).map(|i| input(dtype, len(i), i)).collect();
-                        let c = ctx(CollectiveKind::AllGather, dtype, ReduceOp::Sum, numel);
-                        let outs = run(n, |t| {
-                            let mut owned: Vec<Vec<u8>> = (0..n)
-                                .map(|i| {
-                                    if i == t.rank() {
-                                        data[i].clone()
-                                    } else {
-                                        vec![0xCD; data[i].len()]
-                                    }
-                                })
-                                .collect();
-                            let mut blocks: Vec<&mut [u8]> =
-                                owned.iter_mut().map(|v| v.as_mut_slice()).collect();
-                            algo(t, &c, &mut blocks).map(|_| owned)
-                        });
-                        for (r, o) in outs.into_iter().enumerate() {
-                            assert!(o.expect(&what) == data, "{what}: rank {r}");
+    for (name, layouts, algo) in algos {
+        for &layout in layouts {
+            for n in 1..=5 {
+                let mut sizes = lengths(n);
+                sizes.extend(threshold_lengths(4));
+                for numel in sizes {
+                    for dtype in [DType::Bool, DType::I32, DType::BF16] {
+                        for uneven in [false, true] {
+                            let what = format!(
+                                "{name} {layout:?} n={n} numel={numel} {dtype:?} uneven={uneven}"
+                            );
+                            // Uneven: rank i's block has numel + i elements.
+                            let len = |i: usize| numel + if uneven { i } else { 0 };
+                            let data: Vec<_> = (0..n).map(|i| input(dtype, len(i), i)).collect();
+                            let count = if uneven { 0 } else { numel };
+                            let c = ctx(CollectiveKind::AllGather, dtype, ReduceOp::Sum, count);
+                            let outs = run_on(&layout.hosts(n), |t| {
+                                let mut owned: Vec<Vec<u8>> = (0..n)
+                                    .map(|i| {
+                                        if i == t.rank() {
+                                            data[i].clone()
+                                        } else {
+                                            vec![0xCD; data[i].len()]
+                                        }
+                                    })
+                                    .collect();
+                                let mut blocks: Vec<&mut [u8]> =
+                                    owned.iter_mut().map(|v| v.as_mut_slice()).collect();
+                                algo(t, &c, &mut blocks).map(|_| owned)
+                            });
+                            for (r, o) in outs.into_iter().enumerate() {
+                                assert!(o.expect(&what) == data, "{what}: rank {r}");
+                            }
                         }
                     }
                 }
@@ -321,46 +461,228 @@ fn all_gather_every_algorithm_world_length() {
 
 #[test]
 fn reduce_scatter_every_world_length_dtype_op() {
-    type RsFn = fn(&mut dyn Transport, &OpCtx, &mut [u8], usize, &mut [u8]) -> Result<()>;
-    let algos: [(&str, RsFn); 3] = [
-        ("ring", |t, c, w, bb, o| {
+    type RsFn = fn(&mut dyn Transport, &OpCtx, &[u8], &mut [u8]) -> Result<()>;
+    let algos: [(&str, &[Layout], RsFn); 4] = [
+        ("ring", &[Layout::Apart], |t, c, i, o| {
             let max = reduce_scatter::ring::DEFAULT_MAX_CHUNK_BYTES;
-            reduce_scatter::ring::reduce_scatter(t, c, w, bb, o, max)
+            reduce_scatter::ring::reduce_scatter(t, c, &mut i.to_vec(), o.len(), o, max)
         }),
-        ("ring/small-chunks", |t, c, w, bb, o| {
-            reduce_scatter::ring::reduce_scatter(t, c, w, bb, o, 24)
+        ("ring/small-chunks", &[Layout::Apart], |t, c, i, o| {
+            reduce_scatter::ring::reduce_scatter(t, c, &mut i.to_vec(), o.len(), o, 24)
         }),
-        ("dispatcher", |t, c, w, bb, o| {
-            algorithms::reduce_scatter(t, c, w, bb, o, &AlgoOverrides::default())
+        (
+            "shm",
+            &[Layout::Together],
+            reduce_scatter::shm::reduce_scatter,
+        ),
+        ("dispatcher", &ALL_LAYOUTS, |t, c, i, o| {
+            algorithms::reduce_scatter(t, c, i, o, &AlgoOverrides::default())
         }),
     ];
-    for (name, algo) in algos {
-        for n in 1..=5 {
-            // Blocks of n+1 and more elements; the largest input is 5 x 20_011 elements.
-            let blocks = lengths(n)
-                .into_iter()
-                .map(|l| if l > 1000 { 20_011 } else { l });
-            for block in blocks {
-                if (name.contains('/') || name == "dispatcher") && block > 1000 {
-                    continue;
-                }
-                for dtype in DType::ALL {
-                    let inputs: Vec<_> = (0..n).map(|r| input(dtype, block * n, r)).collect();
-                    let bb = block * dtype.size();
-                    for op in supported_ops(dtype) {
-                        let what = format!("{name} n={n} block={block} {dtype:?} {op:?}");
-                        let c = ctx(CollectiveKind::ReduceScatter, dtype, op, block);
-                        let outs = run(n, |t| {
-                            let mut work = inputs[t.rank()].clone();
-                            let mut out = vec![0u8; bb];
-                            algo(t, &c, &mut work, bb, &mut out).map(|_| out)
-                        });
-                        let want = reference(dtype, op, &inputs);
-                        for (r, o) in outs.into_iter().enumerate() {
-                            let o = o.expect(&what);
-                            let w = &want[r * bb..(r + 1) * bb];
-                            assert_matches_reference(dtype, &o, w, &format!("{what} rank {r}"));
+    for (name, layouts, algo) in algos {
+        for &layout in layouts {
+            for n in 1..=5 {
+                // Blocks of n+1 and more elements; the largest input is 5 x 70_011 elements
+                // (more than a slot region on 5 ranks).
+                let blocks = lengths(n)
+                    .into_iter()
+                    .map(|l| if l > 1000 { 70_011 } else { l });
+                for block in blocks {
+                    if (name.contains('/') || name == "dispatcher") && block > 1000 {
+                        continue;
+                    }
+                    for dtype in DType::ALL {
+                        let inputs: Vec<_> = (0..n).map(|r| input(dtype, block * n, r)).collect();
+                        let bb = block * dtype.size();
+                        for op in supported_ops(dtype) {
+                            let what =
+                                format!("{name} {layout:?} n={n} block={block} {dtype:?} {op:?}");
+                            let c = ctx(CollectiveKind::ReduceScatter, dtype, op, block);
+                            let outs = run_on(&layout.hosts(n), |t| {
+                                let mut out = vec![0u8; bb];
+                                let me = t.rank();
+                                algo(t, &c, &inputs[me], &mut out).map(|_| out)
+                            });
+                            let want = reference(dtype, op, &inputs);
+                            for (r, o) in outs.into_iter().enumerate() {
+                                let o = o.expect(&what);
+                                let w = &want[r * bb..(r + 1) * bb];
+                                assert_matches_reference(dtype, &o, w, &format!("{what} rank {r}"));
+                            }
                         }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn reduce_every_algorithm_world_root() {
+    type ReduceFn = fn(&mut dyn Transport, &OpCtx, &mut [u8], usize) -> Result<()>;
+    let algos: [(&str, &[Layout], ReduceFn); 4] = [
+        (
+            "binomial_tree",
+            &[Layout::Apart],
+            reduce::binomial_tree::reduce,
+        ),
+        ("shm", &[Layout::Together], reduce::shm::reduce),
+        (
+            "hierarchical",
+            &[Layout::Mixed],
+            reduce::hierarchical::reduce,
+        ),
+        ("dispatcher", &ALL_LAYOUTS, |t, c, b, r| {
+            algorithms::reduce(t, c, b, r, &AlgoOverrides::default())
+        }),
+    ];
+    for (name, layouts, algo) in algos {
+        for &layout in layouts {
+            for n in 1..=5 {
+                for numel in [0, 1, 13, 20_011] {
+                    for dtype in [DType::F32, DType::I64, DType::C64] {
+                        let inputs: Vec<_> = (0..n).map(|r| input(dtype, numel, r)).collect();
+                        for op in supported_ops(dtype)
+                            .into_iter()
+                            .filter(|o| SAMPLE_OPS.contains(o))
+                        {
+                            // The first and last rank as roots: the tree's two shapes.
+                            let mut roots = vec![0, n - 1];
+                            roots.dedup();
+                            for root in roots {
+                                let what = format!(
+                                    "{name} {layout:?} n={n} numel={numel} {dtype:?} {op:?} root={root}"
+                                );
+                                let c = ctx(CollectiveKind::Reduce, dtype, op, numel);
+                                let outs = run_on(&layout.hosts(n), |t| {
+                                    let mut buf = inputs[t.rank()].clone();
+                                    algo(t, &c, &mut buf, root).map(|_| buf)
+                                });
+                                let got = outs.into_iter().nth(root).map(|o| o.expect(&what));
+                                let want = reference(dtype, op, &inputs);
+                                assert_matches_reference(dtype, &got.unwrap(), &want, &what);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Block sizes of rank `r` when blocks differ (gather, scatter, all_to_all of objects).
+fn uneven_len(numel: usize, from: usize, to: usize) -> usize {
+    numel + 3 * from + to
+}
+
+#[test]
+fn gather_and_scatter_every_algorithm_root_and_size() {
+    type GatherFn = fn(&mut dyn Transport, &OpCtx, &[u8], &mut [&mut [u8]], usize) -> Result<()>;
+    type ScatterFn = fn(&mut dyn Transport, &OpCtx, &[&[u8]], &mut [u8], usize) -> Result<()>;
+    let gathers: [(&str, Layout, GatherFn); 2] = [
+        ("direct", Layout::Apart, gather::direct::gather),
+        ("shm", Layout::Together, gather::shm::gather),
+    ];
+    let scatters: [(&str, Layout, ScatterFn); 2] = [
+        ("direct", Layout::Apart, scatter::direct::scatter),
+        ("shm", Layout::Together, scatter::shm::scatter),
+    ];
+    for n in 1..=5 {
+        for numel in [0, 1, 47, 300_007] {
+            for uneven in [false, true] {
+                let len = |r: usize| {
+                    if uneven {
+                        uneven_len(numel, r, 0)
+                    } else {
+                        numel
+                    }
+                };
+                let count = if uneven { 0 } else { numel };
+                for root in 0..n {
+                    let blocks: Vec<_> = (0..n).map(|r| input(DType::U8, len(r), r)).collect();
+                    for (name, layout, algo) in gathers {
+                        let what = format!(
+                            "gather {name} n={n} numel={numel} uneven={uneven} root={root}"
+                        );
+                        let c = ctx(CollectiveKind::Gather, DType::U8, ReduceOp::Sum, count);
+                        let outs = run_on(&layout.hosts(n), |t| {
+                            let mut owned: Vec<Vec<u8>> = if t.rank() == root {
+                                (0..n).map(|r| vec![0xEE; len(r)]).collect()
+                            } else {
+                                Vec::new()
+                            };
+                            let mut outs: Vec<&mut [u8]> =
+                                owned.iter_mut().map(|v| v.as_mut_slice()).collect();
+                            let me = t.rank();
+                            algo(t, &c, &blocks[me], &mut outs, root).map(|_| owned)
+                        });
+                        let got = outs.into_iter().nth(root).map(|o| o.expect(&what));
+                        assert!(got == Some(blocks.clone()), "{what}");
+                    }
+                    for (name, layout, algo) in scatters {
+                        let what = format!(
+                            "scatter {name} n={n} numel={numel} uneven={uneven} root={root}"
+                        );
+                        let c = ctx(CollectiveKind::Scatter, DType::U8, ReduceOp::Sum, count);
+                        let outs = run_on(&layout.hosts(n), |t| {
+                            let ins: Vec<&[u8]> = if t.rank() == root {
+                                blocks.iter().map(|b| b.as_slice()).collect()
+                            } else {
+                                Vec::new()
+                            };
+                            let mut out = vec![0xEE; len(t.rank())];
+                            algo(t, &c, &ins, &mut out, root).map(|_| out)
+                        });
+                        for (r, o) in outs.into_iter().enumerate() {
+                            assert!(o.expect(&what) == blocks[r], "{what}: rank {r}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn all_to_all_every_algorithm_even_and_uneven() {
+    type A2aFn = fn(&mut dyn Transport, &OpCtx, &[&[u8]], &mut [&mut [u8]]) -> Result<()>;
+    let algos: [(&str, Layout, A2aFn); 3] = [
+        ("pairwise", Layout::Apart, alltoall::pairwise::all_to_all),
+        ("shm", Layout::Together, alltoall::shm::all_to_all),
+        ("dispatcher", Layout::Together, |t, c, s, r| {
+            algorithms::all_to_all(t, c, s, r, &AlgoOverrides::default())
+        }),
+    ];
+    for (name, layout, algo) in algos {
+        for n in 1..=5 {
+            for numel in [0, 1, 33, 270_001] {
+                for uneven in [false, true] {
+                    let len = |from: usize, to: usize| {
+                        if uneven {
+                            uneven_len(numel, from, to)
+                        } else {
+                            numel
+                        }
+                    };
+                    // block(from, to): what rank `from` sends to rank `to`.
+                    let block =
+                        |from: usize, to: usize| input(DType::U8, len(from, to), from * 8 + to);
+                    let what = format!("{name} n={n} numel={numel} uneven={uneven}");
+                    let count = if uneven { 0 } else { numel };
+                    let c = ctx(CollectiveKind::AllToAll, DType::U8, ReduceOp::Sum, count);
+                    let outs = run_on(&layout.hosts(n), |t| {
+                        let me = t.rank();
+                        let sends: Vec<Vec<u8>> = (0..n).map(|to| block(me, to)).collect();
+                        let send_refs: Vec<&[u8]> = sends.iter().map(|b| b.as_slice()).collect();
+                        let mut owned: Vec<Vec<u8>> =
+                            (0..n).map(|from| vec![0xEE; len(from, me)]).collect();
+                        let mut recvs: Vec<&mut [u8]> =
+                            owned.iter_mut().map(|v| v.as_mut_slice()).collect();
+                        algo(t, &c, &send_refs, &mut recvs).map(|_| owned)
+                    });
+                    for (me, o) in outs.into_iter().enumerate() {
+                        let want: Vec<Vec<u8>> = (0..n).map(|from| block(from, me)).collect();
+                        assert!(o.expect(&what) == want, "{what}: rank {me}");
                     }
                 }
             }
@@ -371,20 +693,63 @@ fn reduce_scatter_every_world_length_dtype_op() {
 #[test]
 fn barrier_waits_for_every_rank() {
     use std::sync::atomic::{AtomicUsize, Ordering};
-    for n in 1..=5 {
-        let arrived = AtomicUsize::new(0);
-        let c = ctx(CollectiveKind::Barrier, DType::U8, ReduceOp::Sum, 0);
-        let seen = run(n, |t| {
-            arrived.fetch_add(1, Ordering::SeqCst);
-            barrier::dissemination::barrier(t, &c).unwrap();
-            let after_first = arrived.load(Ordering::SeqCst);
-            algorithms::barrier(t, &c, &AlgoOverrides::default()).unwrap();
-            after_first
-        });
-        assert!(seen.iter().all(|&s| s == n), "n={n}: {seen:?}");
+    for layout in ALL_LAYOUTS {
+        for n in 1..=5 {
+            let arrived = AtomicUsize::new(0);
+            let c = ctx(CollectiveKind::Barrier, DType::U8, ReduceOp::Sum, 0);
+            let seen = run_on(&layout.hosts(n), |t| {
+                arrived.fetch_add(1, Ordering::SeqCst);
+                algorithms::barrier(t, &c, &AlgoOverrides::default()).unwrap();
+                arrived.load(Ordering::SeqCst)
+            });
+            assert!(seen.iter().all(|&s| s == n), "{layout:?} n={n}: {seen:?}");
+        }
     }
+    let c = ctx(CollectiveKind::Barrier, DType::U8, ReduceOp::Sum, 0);
+    run(3, |t| barrier::dissemination::barrier(t, &c).unwrap());
 }
 
+#[test]
+fn random_cases_match_the_reference() {
+    // A property test: random worlds, layouts, dtypes, ops and lengths through the
+    // dispatchers (which pick the algorithm), against the sequential reference.
+    let o = AlgoOverrides::default();
+    for case in 0..120u64 {
+        let h = mix(case ^ 0xC0FFEE);
+        let n = 1 + (h % 5) as usize;
+        let layout = ALL_LAYOUTS[(h >> 3) as usize % 3];
+        let dtype = DType::ALL[(h >> 5) as usize % DType::ALL.len()];
+        let ops = supported_ops(dtype);
+        let op = ops[(h >> 9) as usize % ops.len()];
+        let numel = match (h >> 13) % 4 {
+            0 => (h >> 16) as usize % 16,
+            1 => (h >> 16) as usize % 1000,
+            _ => (h >> 16) as usize % 70_000,
+        };
+        let what = format!("case {case}: {layout:?} n={n} numel={numel} {dtype:?} {op:?}");
+        let inputs: Vec<_> = (0..n)
+            .map(|r| input(dtype, numel * n, r + case as usize))
+            .collect();
+        let want = reference(dtype, op, &inputs);
+        let bb = numel * dtype.size();
+        let outs = run_on(&layout.hosts(n), |t| {
+            let c = ctx(CollectiveKind::AllReduce, dtype, op, numel * n);
+            let mut all = inputs[t.rank()].clone();
+            algorithms::all_reduce(t, &c, &mut all, &o)?;
+            let c = ctx(CollectiveKind::ReduceScatter, dtype, op, numel);
+            let mut out = vec![0u8; bb];
+            let me = t.rank();
+            algorithms::reduce_scatter(t, &c, &inputs[me], &mut out, &o)?;
+            Ok::<_, Error>((all, out))
+        });
+        for (r, o) in outs.into_iter().enumerate() {
+            let (all, out) = o.expect(&what);
+            assert_matches_reference(dtype, &all, &want, &format!("{what}: all_reduce rank {r}"));
+            let w = &want[r * bb..(r + 1) * bb];
+            assert_matches_reference(dtype, &out, w, &format!("{what}: reduce_scatter rank {r}"));
+        }
+    }
+}
 #[test]
 fn unsupported_ops_and_bad_arguments_are_typed_errors() {
     let o = AlgoOverrides::default();
@@ -401,9 +766,9 @@ fn unsupported_ops_and_bad_arguments_are_typed_errors() {
             ReduceOp::PremulSum,
             1,
         );
-        let premul = algorithms::reduce_scatter(t, &c, &mut [0; 3], 1, &mut [0], &o).unwrap_err();
+        let premul = algorithms::reduce_scatter(t, &c, &[0; 3], &mut [0], &o).unwrap_err();
         let c = ctx(CollectiveKind::ReduceScatter, DType::I32, ReduceOp::Sum, 1);
-        let short = algorithms::reduce_scatter(t, &c, &mut [0; 8], 4, &mut [0; 4], &o).unwrap_err();
+        let short = algorithms::reduce_scatter(t, &c, &[0; 8], &mut [0; 4], &o).unwrap_err();
         let partial = algorithms::all_reduce(t, &c, &mut [0; 6], &o).unwrap_err();
         let c = ctx(CollectiveKind::Broadcast, DType::U8, ReduceOp::Sum, 1);
         let root = algorithms::broadcast(t, &c, &mut [0], 3, &o).unwrap_err();
@@ -462,4 +827,21 @@ fn ranks_disagreeing_on_dtype_get_backend_error() {
     assert!(msgs
         .iter()
         .any(|m| m.contains("float32") && m.contains("int32") && m.contains("rank 1")));
+}
+
+#[test]
+fn ranks_disagreeing_in_the_workspace_get_backend_error() {
+    // Rank 1 reduces 3 elements where the others reduce 4: the step's signature differs.
+    let outs = run_on(&[0, 0, 0], |t| {
+        let numel = if t.rank() == 1 { 3 } else { 4 };
+        let c = ctx(CollectiveKind::AllReduce, DType::F32, ReduceOp::Sum, numel);
+        let mut buf = vec![0u8; numel * 4];
+        allreduce::shm_oneshot::all_reduce(t, &c, &mut buf)
+    });
+    for r in outs {
+        match r {
+            Err(Error::Backend(m)) => assert!(m.contains("mismatch"), "{m}"),
+            other => panic!("expected a mismatch error, got {other:?}"),
+        }
+    }
 }

@@ -3,14 +3,22 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rustdist_core::group::Reduction;
+use rustdist_core::group::{Blocks, Reduction, Run};
 use rustdist_core::store::{HashStore, Store};
 use rustdist_core::tensor::{RawBuf, Tensor};
-use rustdist_core::{CollectiveKind, DType, Error, ProcessGroup, ReduceOp};
+use rustdist_core::{CollectiveKind, DType, Error, ProcessGroup, ReduceOp, Work};
 
 fn f32_tensor(v: &mut [f32]) -> Tensor {
     // SAFETY: the vector outlives the Work in every test (each waits before returning).
     unsafe { Tensor::new(v.as_mut_ptr() as *mut u8, DType::F32, v.len()) }
+}
+
+/// Waits for an operation started asynchronously.
+fn wait(started: rustdist_core::Result<Option<Work>>) -> rustdist_core::Result<()> {
+    match started? {
+        Some(work) => work.wait(None),
+        None => Ok(()),
+    }
 }
 
 fn run_world<F>(n: usize, name: &str, f: F)
@@ -42,10 +50,7 @@ fn all_reduce_sizes_and_worlds() {
             let rank = pg.rank();
             for numel in [0usize, 1, 3, 7, 1000, 100_003] {
                 let mut v: Vec<f32> = (0..numel).map(|i| (i % 13) as f32 + rank as f32).collect();
-                pg.all_reduce(f32_tensor(&mut v), sum(), None)
-                    .unwrap()
-                    .wait(None)
-                    .unwrap();
+                wait(pg.all_reduce(f32_tensor(&mut v), sum(), Run::detached())).unwrap();
                 let expect: Vec<f32> = (0..numel)
                     .map(|i| (0..n).map(|r| (i % 13) as f32 + r as f32).sum())
                     .collect();
@@ -62,10 +67,7 @@ fn broadcast_gather_scatter_barrier_p2p() {
             let rank = pg.rank();
             for root in 0..n {
                 let mut v: Vec<f32> = vec![rank as f32; 1001];
-                pg.broadcast(f32_tensor(&mut v), root, None)
-                    .unwrap()
-                    .wait(None)
-                    .unwrap();
+                wait(pg.broadcast(f32_tensor(&mut v), root, Run::detached())).unwrap();
                 assert!(v.iter().all(|&x| x == root as f32));
             }
             let mut input = vec![rank as f32 + 1.0; 5];
@@ -74,22 +76,22 @@ fn broadcast_gather_scatter_barrier_p2p() {
                 .chunks_mut(5)
                 .map(|c| RawBuf::from_mut_slice(bytemuck_f32(c)))
                 .collect();
-            pg.all_gather(f32_tensor(&mut input), blocks, None)
-                .unwrap()
-                .wait(None)
-                .unwrap();
+            wait(pg.all_gather(f32_tensor(&mut input), blocks, Run::detached())).unwrap();
             for r in 0..n {
                 assert!(out[r * 5..r * 5 + 5].iter().all(|&x| x == r as f32 + 1.0));
             }
             let mut rs_in: Vec<f32> = (0..3 * n).map(|i| i as f32).collect();
             let mut rs_out = vec![0f32; 3];
-            pg.reduce_scatter(f32_tensor(&mut rs_in), f32_tensor(&mut rs_out), sum(), None)
-                .unwrap()
-                .wait(None)
-                .unwrap();
+            wait(pg.reduce_scatter(
+                f32_tensor(&mut rs_in),
+                f32_tensor(&mut rs_out),
+                sum(),
+                Run::detached(),
+            ))
+            .unwrap();
             let expect: Vec<f32> = (0..3).map(|i| ((rank * 3 + i) * n) as f32).collect();
             assert_eq!(rs_out, expect);
-            pg.barrier().unwrap().wait(None).unwrap();
+            wait(pg.barrier(Run::detached())).unwrap();
             if n > 1 {
                 let right = (rank + 1) % n;
                 let left = (rank + n - 1) % n;
@@ -120,15 +122,11 @@ fn size_mismatch_fails_every_rank() {
     run_world(3, "mismatch", |pg| {
         let numel = if pg.rank() == 2 { 20 } else { 10 };
         let mut v = vec![1f32; numel];
-        let err = pg
-            .all_reduce(f32_tensor(&mut v), sum(), None)
-            .unwrap()
-            .wait(None)
-            .unwrap_err();
+        let err = wait(pg.all_reduce(f32_tensor(&mut v), sum(), Run::detached())).unwrap_err();
         assert!(matches!(err, Error::Backend(_)), "{err:?}");
         assert!(err.to_string().contains("size"), "{err}");
         // Sticky: the group stays failed.
-        assert!(pg.barrier().unwrap().wait(None).is_err());
+        assert!(wait(pg.barrier(Run::detached())).is_err());
     });
 }
 
@@ -144,7 +142,7 @@ fn dead_peer_is_reported_by_every_survivor() {
                     ProcessGroup::new(store, rank, n, "dead", Duration::from_secs(30)).unwrap();
                 // Rank 1 may leave the barrier and abort before a slower peer has finished
                 // it, so survivors may already fail here; either way they must name rank 1.
-                let entered = pg.barrier().unwrap().wait(None);
+                let entered = wait(pg.barrier(Run::detached()));
                 if rank == 1 {
                     // Dropping the group without shutdown is a crash as far as peers can tell.
                     pg.abort();
@@ -155,10 +153,7 @@ fn dead_peer_is_reported_by_every_survivor() {
                 }
                 let start = Instant::now();
                 let mut v = vec![1f32; 4];
-                let res = pg
-                    .all_reduce(f32_tensor(&mut v), sum(), None)
-                    .unwrap()
-                    .wait(None);
+                let res = wait(pg.all_reduce(f32_tensor(&mut v), sum(), Run::detached()));
                 Some((res, start.elapsed()))
             })
         })
@@ -185,7 +180,10 @@ fn posted_receives_never_block_later_operations() {
                 .recv(f32_tensor(&mut inbox), Some(from), 3, None)
                 .unwrap();
             let mut total = vec![1f32; 8];
-            let ar = pg.all_reduce(f32_tensor(&mut total), sum(), None).unwrap();
+            let ar = pg
+                .all_reduce(f32_tensor(&mut total), sum(), Run::detached())
+                .unwrap()
+                .unwrap();
             let mut outbox = vec![rank as f32; 100_000];
             let send = pg.send(f32_tensor(&mut outbox), peer, 3, None).unwrap();
             ar.wait(None).unwrap();
@@ -221,7 +219,7 @@ fn tags_are_matched_not_arrival_order() {
                 .unwrap();
             assert_eq!((a[0], b[0]), (1.0, 2.0));
         }
-        pg.barrier().unwrap().wait(None).unwrap();
+        wait(pg.barrier(Run::detached())).unwrap();
     });
 }
 
@@ -232,10 +230,7 @@ fn reduce_avg_premul_and_self_messages() {
             let rank = pg.rank();
             for root in 0..n {
                 let mut v = vec![rank as f32 + 1.0; 9];
-                pg.reduce(f32_tensor(&mut v), root, sum(), None)
-                    .unwrap()
-                    .wait(None)
-                    .unwrap();
+                wait(pg.reduce(f32_tensor(&mut v), root, sum(), Run::detached())).unwrap();
                 let want = if rank == root {
                     (n * (n + 1) / 2) as f32
                 } else {
@@ -245,17 +240,11 @@ fn reduce_avg_premul_and_self_messages() {
             }
             let mut v = vec![rank as f32 * 2.0; 5];
             let avg = Reduction::new(ReduceOp::Avg, None).unwrap();
-            pg.all_reduce(f32_tensor(&mut v), avg, None)
-                .unwrap()
-                .wait(None)
-                .unwrap();
+            wait(pg.all_reduce(f32_tensor(&mut v), avg, Run::detached())).unwrap();
             assert!(v.iter().all(|&x| x == (n - 1) as f32), "{v:?}");
             let mut v = vec![1f32; 5];
             let premul = Reduction::new(ReduceOp::PremulSum, Some(0.5)).unwrap();
-            pg.all_reduce(f32_tensor(&mut v), premul, None)
-                .unwrap()
-                .wait(None)
-                .unwrap();
+            wait(pg.all_reduce(f32_tensor(&mut v), premul, Run::detached())).unwrap();
             assert!(v.iter().all(|&x| x == n as f32 * 0.5), "{v:?}");
             let mut out = vec![0f32; 3];
             let mut inp = vec![7f32; 3];
@@ -288,10 +277,14 @@ fn exchange_serves_gather_and_uneven_all_to_all() {
                 .enumerate()
                 .map(|(p, b)| (p, f32_tensor(b).buf))
                 .collect();
-            pg.exchange(CollectiveKind::AllToAll, DType::F32, 0, sends, recvs, None)
-                .unwrap()
-                .wait(None)
-                .unwrap();
+            wait(pg.exchange(
+                CollectiveKind::AllToAll,
+                DType::F32,
+                0,
+                Blocks { sends, recvs },
+                Run::detached(),
+            ))
+            .unwrap();
             for (p, b) in incoming.iter().enumerate() {
                 assert!(
                     b.iter().all(|&x| x == (10 * p + rank) as f32),
@@ -307,21 +300,31 @@ fn exchange_length_mismatch_fails_every_rank() {
     for n in 2..=4 {
         run_world(n, &format!("xm{n}"), move |pg| {
             let rank = pg.rank();
-            // A mismatched length is caught, not silently truncated.
-            {
-                let peer = (rank + 1) % n;
-                let from = (rank + n - 1) % n;
-                let mut a = vec![0f32; 4 + rank];
-                let mut b = vec![0f32; 4 + rank];
-                let sends = vec![(peer, f32_tensor(&mut a).buf)];
-                let recvs = vec![(from, f32_tensor(&mut b).buf)];
-                let err = pg
-                    .exchange(CollectiveKind::AllToAll, DType::F32, 0, sends, recvs, None)
-                    .unwrap()
-                    .wait(None)
-                    .unwrap_err();
-                assert!(err.to_string().contains("bytes"), "{err}");
-            }
+            // Rank 1 sends 5 elements to every other rank, which all expect 4: a mismatched
+            // length is caught, not silently truncated.
+            let len = |p: usize| if rank == 1 && p != 1 { 5 } else { 4 };
+            let mut outgoing: Vec<Vec<f32>> = (0..n).map(|p| vec![0f32; len(p)]).collect();
+            let mut incoming: Vec<Vec<f32>> = (0..n).map(|_| vec![0f32; 4]).collect();
+            let sends = outgoing
+                .iter_mut()
+                .enumerate()
+                .map(|(p, b)| (p, f32_tensor(b).buf))
+                .collect();
+            let recvs = incoming
+                .iter_mut()
+                .enumerate()
+                .map(|(p, b)| (p, f32_tensor(b).buf))
+                .collect();
+            let blocks = Blocks { sends, recvs };
+            let err = wait(pg.exchange(
+                CollectiveKind::AllToAll,
+                DType::F32,
+                0,
+                blocks,
+                Run::detached(),
+            ))
+            .unwrap_err();
+            assert!(err.to_string().contains("bytes"), "{err}");
         });
     }
 }
@@ -335,7 +338,7 @@ fn monitored_barrier_names_the_missing_rank() {
             .unwrap();
         if pg.rank() == 2 {
             // Rank 2 skips the second barrier; the others hear about it.
-            pg.barrier().unwrap().wait(None).unwrap();
+            wait(pg.barrier(Run::detached())).unwrap();
             return;
         }
         let err = pg
@@ -353,6 +356,6 @@ fn monitored_barrier_names_the_missing_rank() {
             assert!(err.to_string().contains("failed on rank 0"), "{err}");
         }
         // The group still works afterwards.
-        pg.barrier().unwrap().wait(None).unwrap();
+        wait(pg.barrier(Run::detached())).unwrap();
     });
 }

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pyo3::prelude::*;
-use rustdist_core::group::Reduction;
+use rustdist_core::algorithms::{select, AlgoOverrides};
+use rustdist_core::group::{Blocks, Reduction, Run};
 use rustdist_core::tensor::{RawBuf, Tensor};
 use rustdist_core::work::Keepalive;
 use rustdist_core::{CollectiveKind, DType, ProcessGroup, ReduceOp};
@@ -36,6 +37,21 @@ fn tensor(ptr: usize, numel: usize, dtype: u8) -> CoreResult<Tensor> {
 
 fn keepalive(keep: Py<PyAny>) -> Option<Keepalive> {
     Some(Box::new(keep))
+}
+
+/// How an operation runs: synchronously (the caller holds its tensors), or with a Work that
+/// holds `keep` until it completes.
+fn how(keep: Py<PyAny>, sync: bool) -> Run {
+    if sync {
+        Run::Sync
+    } else {
+        Run::Async(keepalive(keep))
+    }
+}
+
+/// The Work of an operation started asynchronously, None for a synchronous one.
+fn started(work: Option<rustdist_core::Work>) -> CoreResult<Option<PyWork>> {
+    Ok(work.map(PyWork::from))
 }
 
 #[pymethods]
@@ -77,25 +93,30 @@ impl PyProcessGroup {
         self.pg.timeout().as_secs_f64()
     }
 
-    #[pyo3(signature = (ptr, numel, dtype, op, keep, premul = None))]
+    #[pyo3(signature = (ptr, numel, dtype, op, keep, premul = None, sync = false))]
+    #[allow(clippy::too_many_arguments)]
     fn all_reduce(
         &self,
+        py: Python<'_>,
         ptr: usize,
         numel: usize,
         dtype: u8,
         op: u8,
         keep: Py<PyAny>,
         premul: Option<f64>,
-    ) -> CoreResult<PyWork> {
+        sync: bool,
+    ) -> CoreResult<Option<PyWork>> {
         let t = tensor(ptr, numel, dtype)?;
         let red = Reduction::new(ReduceOp::from_code(op)?, premul)?;
-        Ok(self.pg.all_reduce(t, red, keepalive(keep))?.into())
+        let (pg, run) = (&self.pg, how(keep, sync));
+        started(interrupt::blocking(py, move || pg.all_reduce(t, red, run))?)
     }
 
-    #[pyo3(signature = (ptr, numel, dtype, op, root, keep, premul = None))]
+    #[pyo3(signature = (ptr, numel, dtype, op, root, keep, premul = None, sync = false))]
     #[allow(clippy::too_many_arguments)]
     fn reduce(
         &self,
+        py: Python<'_>,
         ptr: usize,
         numel: usize,
         dtype: u8,
@@ -103,35 +124,47 @@ impl PyProcessGroup {
         root: usize,
         keep: Py<PyAny>,
         premul: Option<f64>,
-    ) -> CoreResult<PyWork> {
+        sync: bool,
+    ) -> CoreResult<Option<PyWork>> {
         let t = tensor(ptr, numel, dtype)?;
         let red = Reduction::new(ReduceOp::from_code(op)?, premul)?;
-        Ok(self.pg.reduce(t, root, red, keepalive(keep))?.into())
+        let (pg, run) = (&self.pg, how(keep, sync));
+        started(interrupt::blocking(py, move || {
+            pg.reduce(t, root, red, run)
+        })?)
     }
 
-    /// One step of concurrent transfers: `sends`/`recvs` are (peer, data pointer, numel);
-    /// `kind` is the collective's torch name, `count` what all ranks agree on (or 0).
+    /// gather, scatter, all_to_all or all_gather of blocks of different sizes (`kind`, the
+    /// torch name): `sends`/`recvs` are (peer, data pointer, numel) by peer; `count` is what
+    /// all ranks agree on (or 0).
+    #[pyo3(signature = (kind, dtype, count, sends, recvs, keep, sync = false))]
+    #[allow(clippy::too_many_arguments)]
     fn exchange(
         &self,
+        py: Python<'_>,
         kind: &str,
         dtype: u8,
         count: u64,
         sends: Vec<(usize, usize, usize)>,
         recvs: Vec<(usize, usize, usize)>,
         keep: Py<PyAny>,
-    ) -> CoreResult<PyWork> {
+        sync: bool,
+    ) -> CoreResult<Option<PyWork>> {
         let kind = CollectiveKind::from_name(kind)?;
-        let blocks = |list: Vec<(usize, usize, usize)>| -> CoreResult<Vec<(usize, RawBuf)>> {
+        let list = |list: Vec<(usize, usize, usize)>| -> CoreResult<Vec<(usize, RawBuf)>> {
             list.into_iter()
                 .map(|(peer, ptr, numel)| Ok((peer, tensor(ptr, numel, dtype)?.buf)))
                 .collect()
         };
-        let (sends, recvs) = (blocks(sends)?, blocks(recvs)?);
+        let blocks = Blocks {
+            sends: list(sends)?,
+            recvs: list(recvs)?,
+        };
         let dtype = DType::from_code(dtype)?;
-        Ok(self
-            .pg
-            .exchange(kind, dtype, count, sends, recvs, keepalive(keep))?
-            .into())
+        let (pg, run) = (&self.pg, how(keep, sync));
+        started(interrupt::blocking(py, move || {
+            pg.exchange(kind, dtype, count, blocks, run)
+        })?)
     }
 
     /// torch's monitored_barrier (timeout in seconds).
@@ -140,38 +173,51 @@ impl PyProcessGroup {
         Ok(self.pg.monitored_barrier(timeout, wait_all_ranks)?.into())
     }
 
+    #[pyo3(signature = (ptr, numel, dtype, root, keep, sync = false))]
+    #[allow(clippy::too_many_arguments)]
     fn broadcast(
         &self,
+        py: Python<'_>,
         ptr: usize,
         numel: usize,
         dtype: u8,
         root: usize,
         keep: Py<PyAny>,
-    ) -> CoreResult<PyWork> {
+        sync: bool,
+    ) -> CoreResult<Option<PyWork>> {
         let t = tensor(ptr, numel, dtype)?;
-        Ok(self.pg.broadcast(t, root, keepalive(keep))?.into())
+        let (pg, run) = (&self.pg, how(keep, sync));
+        started(interrupt::blocking(py, move || pg.broadcast(t, root, run))?)
     }
 
+    #[pyo3(signature = (in_ptr, out_ptrs, numel, dtype, keep, sync = false))]
+    #[allow(clippy::too_many_arguments)]
     fn all_gather(
         &self,
+        py: Python<'_>,
         in_ptr: usize,
         out_ptrs: Vec<usize>,
         numel: usize,
         dtype: u8,
         keep: Py<PyAny>,
-    ) -> CoreResult<PyWork> {
+        sync: bool,
+    ) -> CoreResult<Option<PyWork>> {
         let input = tensor(in_ptr, numel, dtype)?;
         let outputs: Vec<RawBuf> = out_ptrs
             .into_iter()
             .map(|p| tensor(p, numel, dtype).map(|t| t.buf))
             .collect::<CoreResult<_>>()?;
-        Ok(self.pg.all_gather(input, outputs, keepalive(keep))?.into())
+        let (pg, run) = (&self.pg, how(keep, sync));
+        started(interrupt::blocking(py, move || {
+            pg.all_gather(input, outputs, run)
+        })?)
     }
 
-    #[pyo3(signature = (in_ptr, out_ptr, numel, dtype, op, keep, premul = None))]
+    #[pyo3(signature = (in_ptr, out_ptr, numel, dtype, op, keep, premul = None, sync = false))]
     #[allow(clippy::too_many_arguments)]
     fn reduce_scatter(
         &self,
+        py: Python<'_>,
         in_ptr: usize,
         out_ptr: usize,
         numel: usize,
@@ -179,18 +225,22 @@ impl PyProcessGroup {
         op: u8,
         keep: Py<PyAny>,
         premul: Option<f64>,
-    ) -> CoreResult<PyWork> {
+        sync: bool,
+    ) -> CoreResult<Option<PyWork>> {
         let input = tensor(in_ptr, numel * self.pg.size(), dtype)?;
         let output = tensor(out_ptr, numel, dtype)?;
         let red = Reduction::new(ReduceOp::from_code(op)?, premul)?;
-        Ok(self
-            .pg
-            .reduce_scatter(input, output, red, keepalive(keep))?
-            .into())
+        let (pg, run) = (&self.pg, how(keep, sync));
+        started(interrupt::blocking(py, move || {
+            pg.reduce_scatter(input, output, red, run)
+        })?)
     }
 
-    fn barrier(&self) -> CoreResult<PyWork> {
-        Ok(self.pg.barrier()?.into())
+    #[pyo3(signature = (sync = false))]
+    fn barrier(&self, py: Python<'_>, sync: bool) -> CoreResult<Option<PyWork>> {
+        let pg = &self.pg;
+        let run = if sync { Run::Sync } else { Run::detached() };
+        started(interrupt::blocking(py, move || pg.barrier(run))?)
     }
 
     fn send(
@@ -231,4 +281,18 @@ impl PyProcessGroup {
     fn abort(&self) {
         self.pg.abort();
     }
+}
+
+/// A row of the selection table: (collective, link kind, world, bytes, algorithm).
+type Choice = (&'static str, &'static str, usize, usize, &'static str);
+
+/// The algorithm the engine picks per (collective, link kind, world size, bytes), with
+/// `RUSTDIST_ALGO` applied.
+#[pyfunction]
+pub fn selection_table(worlds: Vec<usize>, sizes: Vec<usize>) -> CoreResult<Vec<Choice>> {
+    let overrides = AlgoOverrides::from_env()?;
+    Ok(select::table(&overrides, &worlds, &sizes)
+        .into_iter()
+        .map(|c| (c.collective, c.link.name(), c.world, c.bytes, c.algorithm))
+        .collect())
 }

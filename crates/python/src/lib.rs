@@ -17,6 +17,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     store::register(m)?;
     cuda::register(m)?;
     m.add_class::<group::PyProcessGroup>()?;
+    m.add_function(wrap_pyfunction!(group::selection_table, m)?)?;
     m.add_class::<work::PyWork>()?;
     Ok(())
 }

@@ -1,10 +1,13 @@
 //! Pieces shared by several algorithms: element partitions, disjoint borrows of one buffer,
-//! and the two ring phases over chunks of one buffer.
+//! the two ring phases over chunks of one buffer, and the steps of the shared-memory
+//! algorithms.
 
 use std::ops::Range;
 
-use crate::error::Result;
-use crate::transport::{Op, OpCtx, Transport};
+use crate::error::{Error, Result};
+use crate::reduce::reduce_into;
+use crate::transport::workspace::{INLINE_BYTES, SLOT_BYTES};
+use crate::transport::{Op, OpCtx, Peers, SharedMemory, Transport};
 
 /// Elements `[start, end)` of part `i` when `numel` elements are split into `parts` parts whose
 /// sizes differ by at most one (the first `numel % parts` parts get the extra element).
@@ -92,6 +95,111 @@ pub(crate) fn ring_all_gather(
         )?;
     }
     Ok(())
+}
+
+/// The workspace of `t`, or the error of a shared-memory algorithm forced (`RUSTDIST_ALGO`)
+/// on a group whose ranks do not all share this host.
+pub(crate) fn shared<'a>(
+    t: &'a mut dyn Transport,
+    ctx: &OpCtx,
+) -> Result<&'a mut dyn SharedMemory> {
+    let (size, kind) = (t.size(), ctx.sig.kind.name());
+    match t.shared() {
+        Some(ws) if ws.local_size() == size => Ok(ws),
+        _ => Err(Error::Runtime(format!(
+            "{kind}: a shared-memory algorithm needs every rank of the group on this host \
+             (check RUSTDIST_ALGO)"
+        ))),
+    }
+}
+
+/// Publishes `data` (at most a slot) as this rank's contribution to the next step: in the
+/// flag's cache line when it fits, else in the slot.
+pub(crate) fn publish_data(ws: &mut dyn SharedMemory, ctx: &OpCtx, data: &[u8]) -> Result<()> {
+    if data.len() <= INLINE_BYTES {
+        ws.prepare(ctx)?;
+        ws.publish(data);
+    } else {
+        ws.prepare(ctx)?[..data.len()].copy_from_slice(data);
+        ws.publish(&[]);
+    }
+    Ok(())
+}
+
+/// Publishes the next step without data (the rank only says it got there).
+pub(crate) fn publish_empty(ws: &mut dyn SharedMemory, ctx: &OpCtx) -> Result<()> {
+    ws.prepare(ctx)?;
+    ws.publish(&[]);
+    Ok(())
+}
+
+/// Local rank `p`'s contribution of `len` bytes to the current step (see [`publish_data`]).
+pub(crate) fn contribution(ws: &dyn SharedMemory, p: usize, len: usize) -> &[u8] {
+    if len <= INLINE_BYTES {
+        ws.inline(p, len)
+    } else {
+        &ws.slot(p)[..len]
+    }
+}
+
+/// Reduces the current step's contributions of every local rank (`out.len()` bytes each, at
+/// `at` in the slots when given, else published with [`publish_data`]) into `out`, in rank
+/// order, so that every rank computing it gets the same bits.
+pub(crate) fn reduce_contributions(
+    ws: &dyn SharedMemory,
+    ctx: &OpCtx,
+    out: &mut [u8],
+    at: Option<usize>,
+) -> Result<()> {
+    let len = out.len();
+    let part = |p: usize| match at {
+        Some(off) => &ws.slot(p)[off..off + len],
+        None => contribution(ws, p, len),
+    };
+    if ws.local_rank() != 0 || at.is_some() {
+        out.copy_from_slice(part(0));
+    }
+    for p in 1..ws.local_size() {
+        reduce_into(ctx.sig.dtype, ctx.reduce, out, part(p))?;
+    }
+    Ok(())
+}
+
+/// Byte ranges of the pieces a shared-memory algorithm moves per step: `len` bytes in
+/// pieces of at most `max` bytes (element-aligned, see [`segments`]); one empty piece for
+/// an empty buffer is not a step, so there are none.
+pub(crate) fn slot_pieces(len: usize, elem: usize, max: usize) -> Vec<Range<usize>> {
+    segments(len, elem, max).collect()
+}
+
+/// Bytes of one of `n` equal regions of a slot (cache-line aligned), for algorithms that
+/// give each rank a region.
+pub(crate) fn region_bytes(n: usize, elem: usize) -> usize {
+    let raw = SLOT_BYTES / n.max(1) / 64 * 64;
+    (raw / elem).max(1) * elem
+}
+
+/// The leader of every host, in host order: its lowest rank, or `root` on the root's host.
+pub(crate) fn leaders(host_of: &[usize], root: Option<usize>) -> Vec<usize> {
+    let hosts = host_of.iter().max().map_or(0, |&h| h + 1);
+    (0..hosts)
+        .filter_map(|h| match root {
+            Some(r) if host_of[r] == h => Some(r),
+            _ => host_of.iter().position(|&x| x == h),
+        })
+        .collect()
+}
+
+/// The local index of group rank `rank` in workspace `ws` (0 when it is not local).
+pub(crate) fn local_index(ws: &dyn SharedMemory, rank: usize) -> usize {
+    (0..ws.local_size())
+        .find(|&l| ws.group_rank(l) == rank)
+        .unwrap_or(0)
+}
+
+/// Waits for every local rank's step.
+pub(crate) fn wait_all(ws: &mut dyn SharedMemory, ctx: &OpCtx) -> Result<()> {
+    ws.wait(ctx, Peers::All)
 }
 
 #[cfg(test)]

@@ -1,4 +1,6 @@
-//! Collective algorithms, one file per algorithm, all written against `transport::Transport`.
+//! Collective algorithms, one file per algorithm (`<collective>/<algorithm>.rs`), written
+//! against [`Transport`] (messages between ranks) and, for the `shm` ones, the shared-memory
+//! workspace the transport offers when ranks share a host.
 //!
 //! The dispatchers below are what the process group calls: they validate the buffers, ask
 //! [`select`] which algorithm to run, and run it. Every algorithm is correct for any world
@@ -9,29 +11,62 @@ mod common;
 pub mod select;
 
 pub mod allreduce {
+    pub mod hierarchical;
     pub mod recursive_doubling;
     pub mod ring;
+    pub mod shm_oneshot;
+    pub mod shm_twoshot;
 }
 pub mod broadcast {
     pub mod binomial_tree;
     pub mod chain;
+    pub mod hierarchical;
+    pub mod shm;
 }
 pub mod allgather {
     pub mod direct;
+    pub mod hierarchical;
     pub mod ring;
+    pub mod shm;
 }
 pub mod reduce_scatter {
     pub mod ring;
+    pub mod shm;
+}
+pub mod reduce {
+    pub mod binomial_tree;
+    pub mod hierarchical;
+    pub mod shm;
+}
+pub mod gather {
+    pub mod direct;
+    pub mod shm;
+}
+pub mod scatter {
+    pub mod direct;
+    pub mod shm;
+}
+pub mod alltoall {
+    pub mod pairwise;
+    pub mod shm;
 }
 pub mod barrier {
     pub mod dissemination;
+    pub mod hierarchical;
+    pub mod shm;
+}
+pub mod monitored_barrier {
+    pub mod linear;
 }
 
 pub use select::AlgoOverrides;
-use select::{AllGatherAlgo, AllReduceAlgo, BarrierAlgo, BroadcastAlgo, ReduceScatterAlgo};
+use select::{
+    AllGatherAlgo, AllReduceAlgo, AllToAllAlgo, BarrierAlgo, BroadcastAlgo, GatherAlgo, ReduceAlgo,
+    ReduceScatterAlgo, ScatterAlgo,
+};
 
 use crate::error::{Error, Result};
-use crate::reduce;
+use crate::reduce as kernels;
 use crate::transport::{OpCtx, Transport};
 
 fn check_whole_elements(ctx: &OpCtx, what: &str, len: usize) -> Result<()> {
@@ -46,6 +81,28 @@ fn check_whole_elements(ctx: &OpCtx, what: &str, len: usize) -> Result<()> {
     Ok(())
 }
 
+fn check_root(t: &dyn Transport, ctx: &OpCtx, root: usize) -> Result<()> {
+    if root >= t.size() {
+        return Err(Error::invalid(format!(
+            "{}: root {root} is not a rank of a group of size {}",
+            ctx.sig.kind.name(),
+            t.size()
+        )));
+    }
+    Ok(())
+}
+
+fn check_blocks(t: &dyn Transport, ctx: &OpCtx, what: &str, blocks: usize) -> Result<()> {
+    if blocks != t.size() {
+        return Err(Error::invalid(format!(
+            "{}: {blocks} {what} for a group of size {}",
+            ctx.sig.kind.name(),
+            t.size()
+        )));
+    }
+    Ok(())
+}
+
 /// Reduces `buf` elementwise with `ctx.reduce` across all ranks; every rank ends with the result.
 pub fn all_reduce(
     t: &mut dyn Transport,
@@ -53,9 +110,9 @@ pub fn all_reduce(
     buf: &mut [u8],
     algos: &AlgoOverrides,
 ) -> Result<()> {
-    reduce::check_supported(ctx.sig.dtype, ctx.reduce)?;
+    kernels::check_supported(ctx.sig.dtype, ctx.reduce)?;
     check_whole_elements(ctx, "buffer", buf.len())?;
-    match algos.all_reduce(buf.len(), t.size()) {
+    match algos.all_reduce(buf.len(), t.size(), t.link_kind()) {
         AllReduceAlgo::Ring => {
             allreduce::ring::all_reduce(t, ctx, buf, allreduce::ring::DEFAULT_MAX_CHUNK_BYTES)
         }
@@ -65,6 +122,28 @@ pub fn all_reduce(
             buf,
             allreduce::recursive_doubling::DEFAULT_MAX_SEGMENT_BYTES,
         ),
+        AllReduceAlgo::ShmOneShot => allreduce::shm_oneshot::all_reduce(t, ctx, buf),
+        AllReduceAlgo::ShmTwoShot => allreduce::shm_twoshot::all_reduce(t, ctx, buf),
+        AllReduceAlgo::Hierarchical => allreduce::hierarchical::all_reduce(t, ctx, buf, algos),
+    }
+}
+
+/// Reduces `buf` of every rank into `buf` of rank `root` with `ctx.reduce`. `buf` may be
+/// clobbered on the other ranks: the caller passes a copy there.
+pub fn reduce(
+    t: &mut dyn Transport,
+    ctx: &OpCtx,
+    buf: &mut [u8],
+    root: usize,
+    algos: &AlgoOverrides,
+) -> Result<()> {
+    kernels::check_supported(ctx.sig.dtype, ctx.reduce)?;
+    check_whole_elements(ctx, "buffer", buf.len())?;
+    check_root(t, ctx, root)?;
+    match algos.reduce(t.link_kind()) {
+        ReduceAlgo::BinomialTree => reduce::binomial_tree::reduce(t, ctx, buf, root),
+        ReduceAlgo::Shm => reduce::shm::reduce(t, ctx, buf, root),
+        ReduceAlgo::Hierarchical => reduce::hierarchical::reduce(t, ctx, buf, root),
     }
 }
 
@@ -76,78 +155,138 @@ pub fn broadcast(
     root: usize,
     algos: &AlgoOverrides,
 ) -> Result<()> {
-    if root >= t.size() {
-        return Err(Error::invalid(format!(
-            "broadcast: root {root} is not a rank of a group of size {}",
-            t.size()
-        )));
-    }
-    match algos.broadcast(buf.len(), t.size()) {
+    check_root(t, ctx, root)?;
+    match algos.broadcast(buf.len(), t.size(), t.link_kind()) {
         BroadcastAlgo::BinomialTree => broadcast::binomial_tree::broadcast(t, ctx, buf, root),
         BroadcastAlgo::Chain => {
             broadcast::chain::broadcast(t, ctx, buf, root, broadcast::chain::DEFAULT_SEGMENT_BYTES)
         }
+        BroadcastAlgo::Shm => broadcast::shm::broadcast(t, ctx, buf, root),
+        BroadcastAlgo::Hierarchical => broadcast::hierarchical::broadcast(t, ctx, buf, root, algos),
     }
 }
 
-/// `blocks[rank]` holds this rank's data; fills `blocks[i]` with rank i's. All ranks pass the
-/// same block lengths.
+/// `blocks[rank]` holds this rank's data; fills `blocks[i]` with rank i's. Blocks may differ
+/// in size between ranks; all ranks pass the same sizes.
 pub fn all_gather(
     t: &mut dyn Transport,
     ctx: &OpCtx,
     blocks: &mut [&mut [u8]],
     algos: &AlgoOverrides,
 ) -> Result<()> {
-    if blocks.len() != t.size() {
-        return Err(Error::invalid(format!(
-            "all_gather: {} output blocks for a group of size {}",
-            blocks.len(),
-            t.size()
-        )));
-    }
+    check_blocks(t, ctx, "output blocks", blocks.len())?;
     let total: usize = blocks.iter().map(|b| b.len()).sum();
-    match algos.all_gather(total) {
+    match algos.all_gather(total, t.link_kind()) {
         AllGatherAlgo::Ring => allgather::ring::all_gather(t, ctx, blocks),
         AllGatherAlgo::Direct => allgather::direct::all_gather(t, ctx, blocks),
+        AllGatherAlgo::Shm => allgather::shm::all_gather(t, ctx, blocks),
+        AllGatherAlgo::Hierarchical => allgather::hierarchical::all_gather(t, ctx, blocks),
     }
 }
 
-/// `work` holds n blocks of `block_bytes` (this rank's input; clobbered); `out` receives block
-/// `rank` reduced with `ctx.reduce` over all ranks.
+/// `input` holds n blocks of `out.len()` bytes (unmodified); `out` receives block `rank`
+/// reduced with `ctx.reduce` over all ranks.
 pub fn reduce_scatter(
     t: &mut dyn Transport,
     ctx: &OpCtx,
-    work: &mut [u8],
-    block_bytes: usize,
+    input: &[u8],
     out: &mut [u8],
     algos: &AlgoOverrides,
 ) -> Result<()> {
-    reduce::check_supported(ctx.sig.dtype, ctx.reduce)?;
-    check_whole_elements(ctx, "block", block_bytes)?;
-    if Some(work.len()) != block_bytes.checked_mul(t.size()) || out.len() != block_bytes {
+    kernels::check_supported(ctx.sig.dtype, ctx.reduce)?;
+    let block = out.len();
+    check_whole_elements(ctx, "block", block)?;
+    if Some(input.len()) != block.checked_mul(t.size()) {
         return Err(Error::invalid(format!(
-            "reduce_scatter: expected an input of {} blocks of {block_bytes} bytes and an output \
-             of {block_bytes} bytes, got {} and {}",
+            "reduce_scatter: expected an input of {} blocks of {block} bytes, got {} bytes",
             t.size(),
-            work.len(),
-            out.len()
+            input.len(),
         )));
     }
-    match algos.reduce_scatter() {
+    match algos.reduce_scatter(t.link_kind()) {
         ReduceScatterAlgo::Ring => reduce_scatter::ring::reduce_scatter(
             t,
             ctx,
-            work,
-            block_bytes,
+            &mut input.to_vec(),
+            block,
             out,
             reduce_scatter::ring::DEFAULT_MAX_CHUNK_BYTES,
         ),
+        ReduceScatterAlgo::Shm => reduce_scatter::shm::reduce_scatter(t, ctx, input, out),
+    }
+}
+
+/// Gathers `input` of every rank into `outputs[r]` on `root` (`outputs` is empty on the
+/// others); all blocks have `input`'s size.
+pub fn gather(
+    t: &mut dyn Transport,
+    ctx: &OpCtx,
+    input: &[u8],
+    outputs: &mut [&mut [u8]],
+    root: usize,
+    algos: &AlgoOverrides,
+) -> Result<()> {
+    check_root(t, ctx, root)?;
+    if t.rank() == root {
+        check_blocks(t, ctx, "output blocks", outputs.len())?;
+    }
+    match algos.gather(t.link_kind()) {
+        GatherAlgo::Direct => gather::direct::gather(t, ctx, input, outputs, root),
+        GatherAlgo::Shm => gather::shm::gather(t, ctx, input, outputs, root),
+    }
+}
+
+/// Sends `inputs[r]` (on `root`; empty on the others) to rank r's `output`; all blocks have
+/// `output`'s size.
+pub fn scatter(
+    t: &mut dyn Transport,
+    ctx: &OpCtx,
+    inputs: &[&[u8]],
+    output: &mut [u8],
+    root: usize,
+    algos: &AlgoOverrides,
+) -> Result<()> {
+    check_root(t, ctx, root)?;
+    if t.rank() == root {
+        check_blocks(t, ctx, "input blocks", inputs.len())?;
+    }
+    match algos.scatter(t.link_kind()) {
+        ScatterAlgo::Direct => scatter::direct::scatter(t, ctx, inputs, output, root),
+        ScatterAlgo::Shm => scatter::shm::scatter(t, ctx, inputs, output, root),
+    }
+}
+
+/// Sends `sends[q]` to rank q and receives rank q's block for this rank into `recvs[q]`;
+/// block sizes may differ between pairs.
+pub fn all_to_all(
+    t: &mut dyn Transport,
+    ctx: &OpCtx,
+    sends: &[&[u8]],
+    recvs: &mut [&mut [u8]],
+    algos: &AlgoOverrides,
+) -> Result<()> {
+    check_blocks(t, ctx, "input blocks", sends.len())?;
+    check_blocks(t, ctx, "output blocks", recvs.len())?;
+    let me = t.rank();
+    if sends[me].len() != recvs[me].len() {
+        return Err(Error::invalid(format!(
+            "all_to_all: the block this rank sends to itself ({} bytes) does not fit the block \
+             it receives from itself ({} bytes)",
+            sends[me].len(),
+            recvs[me].len()
+        )));
+    }
+    match algos.all_to_all(t.link_kind()) {
+        AllToAllAlgo::Pairwise => alltoall::pairwise::all_to_all(t, ctx, sends, recvs),
+        AllToAllAlgo::Shm => alltoall::shm::all_to_all(t, ctx, sends, recvs),
     }
 }
 
 /// Returns once every rank has entered the barrier.
 pub fn barrier(t: &mut dyn Transport, ctx: &OpCtx, algos: &AlgoOverrides) -> Result<()> {
-    match algos.barrier() {
+    match algos.barrier(t.link_kind()) {
         BarrierAlgo::Dissemination => barrier::dissemination::barrier(t, ctx),
+        BarrierAlgo::Shm => barrier::shm::barrier(t, ctx),
+        BarrierAlgo::Hierarchical => barrier::hierarchical::barrier(t, ctx),
     }
 }

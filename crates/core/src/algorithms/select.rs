@@ -1,25 +1,31 @@
-//! The one place that picks an algorithm per collective, from the byte size and world size,
-//! unless the user forced one with `RUSTDIST_ALGO`.
+//! The one place that picks an algorithm per collective, from the bytes it moves, the world
+//! size and the links between the ranks ([`LinkKind`]), unless the user forced one with
+//! `RUSTDIST_ALGO`. `python -m rustdist.bench --show-selection` prints the table.
 //!
 //! `RUSTDIST_ALGO` is a comma-separated list of `collective=algorithm` entries and bare
 //! algorithm names; a bare name applies to every collective that has an algorithm of that name
-//! (`RUSTDIST_ALGO=ring`, `RUSTDIST_ALGO=allreduce=ring,broadcast=binomial_tree`).
-//! Every rank of a group must use the same setting.
+//! (`RUSTDIST_ALGO=ring`, `RUSTDIST_ALGO=allreduce=ring,broadcast=binomial_tree`). Every rank
+//! of a group must use the same setting. A shared-memory algorithm forced on a group whose
+//! ranks do not all share a host fails when it runs.
 
 use crate::error::{Error, Result};
+use crate::transport::LinkKind;
 
 /// The environment variable holding the overrides.
 pub const ENV_VAR: &str = "RUSTDIST_ALGO";
 
-/// all_reduce up to this many bytes uses recursive doubling (fewer steps), above it the ring
-/// (less data per rank); a quarter of it on 2 ranks, where the ring has only 2 steps.
+/// Over TCP, all_reduce up to this many bytes uses recursive doubling (fewer steps), above it
+/// the ring (less data per rank); a quarter of it on 2 ranks, where the ring has only 2 steps.
 /// Measured over TCP loopback (benches/allreduce.rs): RD wins at 4 KiB everywhere and at
 /// 256 KiB on 4 ranks; the ring wins at 256 KiB on 2 ranks and from 4 MiB on.
-const ALL_REDUCE_RD_MAX_BYTES: usize = 256 << 10;
-/// broadcast from this many bytes on, with at least 3 ranks, uses the pipelined chain.
-const BROADCAST_CHAIN_MIN_BYTES: usize = 1 << 20;
-/// all_gather up to this many bytes in total uses the direct exchange.
-const ALL_GATHER_DIRECT_MAX_BYTES: usize = 256 << 10;
+const TCP_ALL_REDUCE_RD_MAX_BYTES: usize = 256 << 10;
+/// Over TCP, broadcast from this many bytes on, with at least 3 ranks, uses the chain.
+const TCP_BROADCAST_CHAIN_MIN_BYTES: usize = 1 << 20;
+/// Over TCP, all_gather up to this many bytes in total uses the direct exchange.
+const TCP_ALL_GATHER_DIRECT_MAX_BYTES: usize = 256 << 10;
+/// In shared memory, all_reduce up to this many bytes per rank runs one-shot (every rank
+/// reduces every contribution); above it each rank reduces a slice (two-shot).
+const SHM_ALL_REDUCE_ONESHOT_MAX_BYTES: usize = 64 << 10;
 
 /// An algorithm choice for one collective, named as in `RUSTDIST_ALGO`.
 trait Algo: Copy + 'static {
@@ -47,32 +53,76 @@ macro_rules! algo_enum {
 
 algo_enum!(
     /// all_reduce algorithms.
-    AllReduceAlgo, "all_reduce", { Ring = "ring", RecursiveDoubling = "recursive_doubling" }
+    AllReduceAlgo, "all_reduce", {
+        Ring = "ring",
+        RecursiveDoubling = "recursive_doubling",
+        ShmOneShot = "shm_oneshot",
+        ShmTwoShot = "shm_twoshot",
+        Hierarchical = "hierarchical",
+    }
 );
 algo_enum!(
     /// broadcast algorithms.
-    BroadcastAlgo, "broadcast", { BinomialTree = "binomial_tree", Chain = "chain" }
+    BroadcastAlgo, "broadcast", {
+        BinomialTree = "binomial_tree",
+        Chain = "chain",
+        Shm = "shm",
+        Hierarchical = "hierarchical",
+    }
 );
 algo_enum!(
-    /// all_gather algorithms.
-    AllGatherAlgo, "all_gather", { Ring = "ring", Direct = "direct" }
+    /// all_gather algorithms (blocks of any sizes).
+    AllGatherAlgo, "all_gather", {
+        Ring = "ring",
+        Direct = "direct",
+        Shm = "shm",
+        Hierarchical = "hierarchical",
+    }
 );
 algo_enum!(
     /// reduce_scatter algorithms.
-    ReduceScatterAlgo, "reduce_scatter", { Ring = "ring" }
+    ReduceScatterAlgo, "reduce_scatter", { Ring = "ring", Shm = "shm" }
+);
+algo_enum!(
+    /// reduce algorithms.
+    ReduceAlgo, "reduce", {
+        BinomialTree = "binomial_tree",
+        Shm = "shm",
+        Hierarchical = "hierarchical",
+    }
+);
+algo_enum!(
+    /// gather algorithms.
+    GatherAlgo, "gather", { Direct = "direct", Shm = "shm" }
+);
+algo_enum!(
+    /// scatter algorithms.
+    ScatterAlgo, "scatter", { Direct = "direct", Shm = "shm" }
+);
+algo_enum!(
+    /// all_to_all algorithms (blocks of any sizes).
+    AllToAllAlgo, "all_to_all", { Pairwise = "pairwise", Shm = "shm" }
 );
 algo_enum!(
     /// barrier algorithms.
-    BarrierAlgo, "barrier", { Dissemination = "dissemination" }
+    BarrierAlgo, "barrier", {
+        Dissemination = "dissemination",
+        Shm = "shm",
+        Hierarchical = "hierarchical",
+    }
 );
 
-/// Algorithms forced by the user, per collective; `None` lets the size-based choice decide.
+/// Algorithms forced by the user, per collective; `None` lets the policy below decide.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct AlgoOverrides {
     pub all_reduce: Option<AllReduceAlgo>,
     pub broadcast: Option<BroadcastAlgo>,
     pub all_gather: Option<AllGatherAlgo>,
     pub reduce_scatter: Option<ReduceScatterAlgo>,
+    pub reduce: Option<ReduceAlgo>,
+    pub gather: Option<GatherAlgo>,
+    pub scatter: Option<ScatterAlgo>,
+    pub all_to_all: Option<AllToAllAlgo>,
     pub barrier: Option<BarrierAlgo>,
 }
 
@@ -114,48 +164,88 @@ impl AlgoOverrides {
         }
     }
 
+    /// Sets the override(s) `name` names: for `coll` only (`keyed`), or for every collective
+    /// that has an algorithm of that name. Returns whether any applied.
+    fn apply(&mut self, coll: Option<&str>, name: &str) -> Result<bool> {
+        let keyed = coll.is_some();
+        let wants = |c: &str| coll.is_none_or(|k| k == c);
+        let mut hit = false;
+        if wants("allreduce") {
+            hit |= assign(&mut self.all_reduce, name, keyed)?;
+        }
+        if wants("broadcast") {
+            hit |= assign(&mut self.broadcast, name, keyed)?;
+        }
+        if wants("allgather") {
+            hit |= assign(&mut self.all_gather, name, keyed)?;
+        }
+        if wants("reducescatter") {
+            hit |= assign(&mut self.reduce_scatter, name, keyed)?;
+        }
+        if wants("reduce") {
+            hit |= assign(&mut self.reduce, name, keyed)?;
+        }
+        if wants("gather") {
+            hit |= assign(&mut self.gather, name, keyed)?;
+        }
+        if wants("scatter") {
+            hit |= assign(&mut self.scatter, name, keyed)?;
+        }
+        if wants("alltoall") {
+            hit |= assign(&mut self.all_to_all, name, keyed)?;
+        }
+        if wants("barrier") {
+            hit |= assign(&mut self.barrier, name, keyed)?;
+        }
+        Ok(hit)
+    }
+
     /// Parses a `RUSTDIST_ALGO` value. Names are case-insensitive; `-` and `_` are equivalent
     /// and `allreduce` is `all_reduce`.
     pub fn parse(spec: &str) -> Result<Self> {
+        const COLLECTIVES: [&str; 9] = [
+            "allreduce",
+            "broadcast",
+            "allgather",
+            "reducescatter",
+            "reduce",
+            "gather",
+            "scatter",
+            "alltoall",
+            "barrier",
+        ];
         let mut o = Self::default();
+        let norm = |s: &str| s.trim().to_ascii_lowercase().replace('-', "_");
         for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-            let norm = |s: &str| s.trim().to_ascii_lowercase().replace('-', "_");
             match item.split_once('=') {
                 Some((coll, name)) => {
-                    let name = norm(name);
-                    match norm(coll).replace('_', "").as_str() {
-                        "allreduce" => assign(&mut o.all_reduce, &name, true)?,
-                        "broadcast" => assign(&mut o.broadcast, &name, true)?,
-                        "allgather" => assign(&mut o.all_gather, &name, true)?,
-                        "reducescatter" => assign(&mut o.reduce_scatter, &name, true)?,
-                        "barrier" => assign(&mut o.barrier, &name, true)?,
-                        _ => {
-                            return Err(Error::invalid(format!(
-                                "{ENV_VAR}: unknown collective '{}'; valid: all_reduce, \
-                                 broadcast, all_gather, reduce_scatter, barrier",
-                                coll.trim()
-                            )))
-                        }
-                    };
+                    let key = norm(coll).replace('_', "");
+                    if !COLLECTIVES.contains(&key.as_str()) {
+                        return Err(Error::invalid(format!(
+                            "{ENV_VAR}: unknown collective '{}'; valid: all_reduce, broadcast, \
+                             all_gather, reduce_scatter, reduce, gather, scatter, all_to_all, \
+                             barrier",
+                            coll.trim()
+                        )));
+                    }
+                    o.apply(Some(&key), &norm(name))?;
                 }
                 None => {
-                    let name = norm(item);
-                    let hits = [
-                        assign(&mut o.all_reduce, &name, false)?,
-                        assign(&mut o.broadcast, &name, false)?,
-                        assign(&mut o.all_gather, &name, false)?,
-                        assign(&mut o.reduce_scatter, &name, false)?,
-                        assign(&mut o.barrier, &name, false)?,
-                    ];
-                    if !hits.contains(&true) {
+                    if !o.apply(None, &norm(item))? {
                         return Err(Error::invalid(format!(
-                            "{ENV_VAR}: unknown algorithm '{item}'; valid choices: {}, {}, {}, \
-                             {}, {}",
-                            choices::<AllReduceAlgo>(),
-                            choices::<BroadcastAlgo>(),
-                            choices::<AllGatherAlgo>(),
-                            choices::<ReduceScatterAlgo>(),
-                            choices::<BarrierAlgo>()
+                            "{ENV_VAR}: unknown algorithm '{item}'; valid choices: {}",
+                            [
+                                choices::<AllReduceAlgo>(),
+                                choices::<BroadcastAlgo>(),
+                                choices::<AllGatherAlgo>(),
+                                choices::<ReduceScatterAlgo>(),
+                                choices::<ReduceAlgo>(),
+                                choices::<GatherAlgo>(),
+                                choices::<ScatterAlgo>(),
+                                choices::<AllToAllAlgo>(),
+                                choices::<BarrierAlgo>(),
+                            ]
+                            .join(", ")
                         )));
                     }
                 }
@@ -164,45 +254,154 @@ impl AlgoOverrides {
         Ok(o)
     }
 
-    /// The all_reduce algorithm for a buffer of `bytes` on `world` ranks.
-    pub fn all_reduce(&self, bytes: usize, world: usize) -> AllReduceAlgo {
-        self.all_reduce.unwrap_or(
-            if bytes <= ALL_REDUCE_RD_MAX_BYTES / 4 || world > 2 && bytes <= ALL_REDUCE_RD_MAX_BYTES
+    /// all_reduce of `bytes` on `world` ranks.
+    pub fn all_reduce(&self, bytes: usize, world: usize, link: LinkKind) -> AllReduceAlgo {
+        self.all_reduce.unwrap_or(match link {
+            LinkKind::SharedMemory if bytes <= SHM_ALL_REDUCE_ONESHOT_MAX_BYTES => {
+                AllReduceAlgo::ShmOneShot
+            }
+            LinkKind::SharedMemory => AllReduceAlgo::ShmTwoShot,
+            LinkKind::Hierarchical => AllReduceAlgo::Hierarchical,
+            LinkKind::Tcp
+                if bytes <= TCP_ALL_REDUCE_RD_MAX_BYTES / 4
+                    || world > 2 && bytes <= TCP_ALL_REDUCE_RD_MAX_BYTES =>
             {
                 AllReduceAlgo::RecursiveDoubling
-            } else {
-                AllReduceAlgo::Ring
-            },
-        )
+            }
+            LinkKind::Tcp => AllReduceAlgo::Ring,
+        })
     }
 
-    /// The broadcast algorithm for a buffer of `bytes` on `world` ranks.
-    pub fn broadcast(&self, bytes: usize, world: usize) -> BroadcastAlgo {
-        self.broadcast
-            .unwrap_or(if world >= 3 && bytes >= BROADCAST_CHAIN_MIN_BYTES {
+    /// The algorithm the leaders of a hierarchical all_reduce run among themselves.
+    pub fn all_reduce_between_hosts(&self, bytes: usize, hosts: usize) -> AllReduceAlgo {
+        AlgoOverrides::default().all_reduce(bytes, hosts, LinkKind::Tcp)
+    }
+
+    /// broadcast of `bytes` on `world` ranks.
+    pub fn broadcast(&self, bytes: usize, world: usize, link: LinkKind) -> BroadcastAlgo {
+        self.broadcast.unwrap_or(match link {
+            LinkKind::SharedMemory => BroadcastAlgo::Shm,
+            LinkKind::Hierarchical => BroadcastAlgo::Hierarchical,
+            LinkKind::Tcp if world >= 3 && bytes >= TCP_BROADCAST_CHAIN_MIN_BYTES => {
                 BroadcastAlgo::Chain
-            } else {
-                BroadcastAlgo::BinomialTree
-            })
+            }
+            LinkKind::Tcp => BroadcastAlgo::BinomialTree,
+        })
     }
 
-    /// The all_gather algorithm for `total_bytes` gathered on every rank.
-    pub fn all_gather(&self, total_bytes: usize) -> AllGatherAlgo {
-        self.all_gather
-            .unwrap_or(if total_bytes <= ALL_GATHER_DIRECT_MAX_BYTES {
+    /// The algorithm the leaders of a hierarchical broadcast run among themselves.
+    pub fn broadcast_between_hosts(&self, bytes: usize, hosts: usize) -> BroadcastAlgo {
+        AlgoOverrides::default().broadcast(bytes, hosts, LinkKind::Tcp)
+    }
+
+    /// all_gather of `total_bytes` gathered on every rank.
+    pub fn all_gather(&self, total_bytes: usize, link: LinkKind) -> AllGatherAlgo {
+        self.all_gather.unwrap_or(match link {
+            LinkKind::SharedMemory => AllGatherAlgo::Shm,
+            LinkKind::Hierarchical => AllGatherAlgo::Hierarchical,
+            LinkKind::Tcp if total_bytes <= TCP_ALL_GATHER_DIRECT_MAX_BYTES => {
                 AllGatherAlgo::Direct
-            } else {
-                AllGatherAlgo::Ring
-            })
+            }
+            LinkKind::Tcp => AllGatherAlgo::Ring,
+        })
     }
 
-    pub fn reduce_scatter(&self) -> ReduceScatterAlgo {
-        self.reduce_scatter.unwrap_or(ReduceScatterAlgo::Ring)
+    /// The algorithm the leaders of a hierarchical all_gather run among themselves.
+    pub fn all_gather_between_hosts(&self, total_bytes: usize) -> AllGatherAlgo {
+        AlgoOverrides::default().all_gather(total_bytes, LinkKind::Tcp)
     }
 
-    pub fn barrier(&self) -> BarrierAlgo {
-        self.barrier.unwrap_or(BarrierAlgo::Dissemination)
+    pub fn reduce_scatter(&self, link: LinkKind) -> ReduceScatterAlgo {
+        self.reduce_scatter.unwrap_or(match link {
+            LinkKind::SharedMemory => ReduceScatterAlgo::Shm,
+            _ => ReduceScatterAlgo::Ring,
+        })
     }
+
+    pub fn reduce(&self, link: LinkKind) -> ReduceAlgo {
+        self.reduce.unwrap_or(match link {
+            LinkKind::SharedMemory => ReduceAlgo::Shm,
+            LinkKind::Hierarchical => ReduceAlgo::Hierarchical,
+            LinkKind::Tcp => ReduceAlgo::BinomialTree,
+        })
+    }
+
+    pub fn gather(&self, link: LinkKind) -> GatherAlgo {
+        self.gather.unwrap_or(match link {
+            LinkKind::SharedMemory => GatherAlgo::Shm,
+            _ => GatherAlgo::Direct,
+        })
+    }
+
+    pub fn scatter(&self, link: LinkKind) -> ScatterAlgo {
+        self.scatter.unwrap_or(match link {
+            LinkKind::SharedMemory => ScatterAlgo::Shm,
+            _ => ScatterAlgo::Direct,
+        })
+    }
+
+    pub fn all_to_all(&self, link: LinkKind) -> AllToAllAlgo {
+        self.all_to_all.unwrap_or(match link {
+            LinkKind::SharedMemory => AllToAllAlgo::Shm,
+            _ => AllToAllAlgo::Pairwise,
+        })
+    }
+
+    pub fn barrier(&self, link: LinkKind) -> BarrierAlgo {
+        self.barrier.unwrap_or(match link {
+            LinkKind::SharedMemory => BarrierAlgo::Shm,
+            LinkKind::Hierarchical => BarrierAlgo::Hierarchical,
+            LinkKind::Tcp => BarrierAlgo::Dissemination,
+        })
+    }
+}
+
+/// One row of the selection table: the algorithm `collective` runs with `bytes` (per rank; the
+/// gathered total for all_gather) on `world` ranks connected by `link`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Choice {
+    pub collective: &'static str,
+    pub link: LinkKind,
+    pub world: usize,
+    pub bytes: usize,
+    pub algorithm: &'static str,
+}
+
+/// What the defaults (with `RUSTDIST_ALGO` applied when `overrides` holds it) choose for every
+/// collective, link kind, world size in `worlds` and size in `sizes`.
+pub fn table(overrides: &AlgoOverrides, worlds: &[usize], sizes: &[usize]) -> Vec<Choice> {
+    let links = [
+        LinkKind::SharedMemory,
+        LinkKind::Tcp,
+        LinkKind::Hierarchical,
+    ];
+    let o = overrides;
+    let mut rows = Vec::new();
+    for link in links {
+        for &world in worlds {
+            for &bytes in sizes {
+                let picks: [(&'static str, &'static str); 9] = [
+                    ("all_reduce", o.all_reduce(bytes, world, link).name()),
+                    ("broadcast", o.broadcast(bytes, world, link).name()),
+                    ("all_gather", o.all_gather(bytes, link).name()),
+                    ("reduce_scatter", o.reduce_scatter(link).name()),
+                    ("reduce", o.reduce(link).name()),
+                    ("gather", o.gather(link).name()),
+                    ("scatter", o.scatter(link).name()),
+                    ("all_to_all", o.all_to_all(link).name()),
+                    ("barrier", o.barrier(link).name()),
+                ];
+                rows.extend(picks.into_iter().map(|(collective, algorithm)| Choice {
+                    collective,
+                    link,
+                    world,
+                    bytes,
+                    algorithm,
+                }));
+            }
+        }
+    }
+    rows
 }
 
 #[cfg(test)]
@@ -224,6 +423,13 @@ mod tests {
             AlgoOverrides::parse("ring,all_reduce=recursive_doubling,all-gather=direct").unwrap();
         assert_eq!(o.all_reduce, Some(AllReduceAlgo::RecursiveDoubling));
         assert_eq!(o.all_gather, Some(AllGatherAlgo::Direct));
+        let o = AlgoOverrides::parse("shm").unwrap();
+        assert_eq!(o.broadcast, Some(BroadcastAlgo::Shm));
+        assert_eq!(o.gather, Some(GatherAlgo::Shm));
+        assert_eq!(o.all_reduce, None);
+        let o = AlgoOverrides::parse("gather=direct,reduce=binomial_tree").unwrap();
+        assert_eq!(o.gather, Some(GatherAlgo::Direct));
+        assert_eq!(o.reduce, Some(ReduceAlgo::BinomialTree));
         assert_eq!(AlgoOverrides::parse("").unwrap(), AlgoOverrides::default());
     }
 
@@ -243,21 +449,36 @@ mod tests {
             m.contains("'bogus'") && m.contains("broadcast=binomial_tree|chain"),
             "{m}"
         );
-        let Err(Error::InvalidArgument(m)) = AlgoOverrides::parse("gather=ring") else {
+        let Err(Error::InvalidArgument(m)) = AlgoOverrides::parse("sendrecv=ring") else {
             panic!()
         };
-        assert!(m.contains("unknown collective 'gather'"), "{m}");
+        assert!(m.contains("unknown collective 'sendrecv'"), "{m}");
     }
 
     #[test]
-    fn defaults_depend_on_size() {
+    fn defaults_depend_on_size_and_links() {
         let o = AlgoOverrides::default();
-        assert_eq!(o.all_reduce(1024, 4), AllReduceAlgo::RecursiveDoubling);
-        assert_eq!(o.all_reduce(64 << 20, 4), AllReduceAlgo::Ring);
-        assert_eq!(o.broadcast(64 << 20, 4), BroadcastAlgo::Chain);
-        assert_eq!(o.broadcast(64 << 20, 2), BroadcastAlgo::BinomialTree);
-        assert_eq!(o.all_gather(100), AllGatherAlgo::Direct);
+        let (tcp, shm, mixed) = (
+            LinkKind::Tcp,
+            LinkKind::SharedMemory,
+            LinkKind::Hierarchical,
+        );
+        assert_eq!(o.all_reduce(1024, 4, tcp), AllReduceAlgo::RecursiveDoubling);
+        assert_eq!(o.all_reduce(64 << 20, 4, tcp), AllReduceAlgo::Ring);
+        assert_eq!(o.all_reduce(8, 2, shm), AllReduceAlgo::ShmOneShot);
+        assert_eq!(o.all_reduce(64 << 20, 2, shm), AllReduceAlgo::ShmTwoShot);
+        assert_eq!(o.all_reduce(8, 4, mixed), AllReduceAlgo::Hierarchical);
+        assert_eq!(o.broadcast(64 << 20, 4, tcp), BroadcastAlgo::Chain);
+        assert_eq!(o.broadcast(64 << 20, 2, tcp), BroadcastAlgo::BinomialTree);
+        assert_eq!(o.broadcast(8, 4, shm), BroadcastAlgo::Shm);
+        assert_eq!(o.all_gather(100, tcp), AllGatherAlgo::Direct);
+        assert_eq!(o.reduce(tcp), ReduceAlgo::BinomialTree);
         let forced = AlgoOverrides::parse("allreduce=ring").unwrap();
-        assert_eq!(forced.all_reduce(8, 4), AllReduceAlgo::Ring);
+        assert_eq!(forced.all_reduce(8, 4, shm), AllReduceAlgo::Ring);
+        let rows = table(&forced, &[2, 4], &[8, 1 << 20]);
+        assert_eq!(rows.len(), 3 * 2 * 2 * 9);
+        assert!(rows
+            .iter()
+            .all(|r| r.collective != "all_reduce" || r.algorithm == "ring"));
     }
 }

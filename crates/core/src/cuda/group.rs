@@ -19,7 +19,7 @@ use super::comm::Comm;
 use super::rt::{DeviceGuard, DeviceMem, Event, Lease, PinnedPool, Stream};
 use super::work::{CudaWork, OpState};
 use crate::error::{Error, Result};
-use crate::group::{ProcessGroup, Reduction};
+use crate::group::{Blocks, ProcessGroup, Reduction, Run};
 use crate::store::Store;
 use crate::tensor::{RawBuf, Tensor};
 use crate::types::{CollectiveKind, DType};
@@ -147,6 +147,11 @@ fn finish_cpu(work: Result<Work>) -> Result<Option<usize>> {
     let work = work?;
     work.wait(None)?;
     Ok(work.source_rank())
+}
+
+/// The outcome of a CPU collective run synchronously ([`Run::Sync`]).
+fn sync_cpu(done: Result<Option<Work>>) -> Result<Option<usize>> {
+    done.map(|_| None)
 }
 
 /// `Ok` for success and ncclInProgress (settled at ncclGroupEnd), else NCCL's error.
@@ -769,10 +774,10 @@ impl CudaGroup {
                     copy(),
                     copy(),
                     Box::new(move |base| {
-                        finish_cpu(cpu.all_reduce(
+                        sync_cpu(cpu.all_reduce(
                             host_tensor(base, at, t.dtype, t.numel),
                             red,
-                            None,
+                            Run::Sync,
                         ))
                     }),
                 )
@@ -820,7 +825,7 @@ impl CudaGroup {
                     back,
                     Box::new(move |base| {
                         let h = host_tensor(base, at, t.dtype, t.numel);
-                        finish_cpu(cpu.reduce(h, root, red, None))
+                        sync_cpu(cpu.reduce(h, root, red, Run::Sync))
                     }),
                 )
             }
@@ -860,10 +865,10 @@ impl CudaGroup {
                     to,
                     back,
                     Box::new(move |base| {
-                        finish_cpu(cpu.broadcast(
+                        sync_cpu(cpu.broadcast(
                             host_tensor(base, at, t.dtype, t.numel),
                             root,
-                            None,
+                            Run::Sync,
                         ))
                     }),
                 )
@@ -951,11 +956,13 @@ impl CudaGroup {
                     .map(|(&at, &n)| host_tensor(base, at, dtype, n).buf)
                     .collect();
                 if even {
-                    return finish_cpu(cpu.all_gather(h_in, h_out, None));
+                    return sync_cpu(cpu.all_gather(h_in, h_out, Run::Sync));
                 }
-                let sends = (0..h_out.len()).map(|p| (p, h_in.buf)).collect();
-                let recvs = h_out.into_iter().enumerate().collect();
-                finish_cpu(cpu.exchange(CollectiveKind::AllGather, dtype, 0, sends, recvs, None))
+                let blocks = Blocks {
+                    sends: (0..h_out.len()).map(|p| (p, h_in.buf)).collect(),
+                    recvs: h_out.into_iter().enumerate().collect(),
+                };
+                sync_cpu(cpu.exchange(CollectiveKind::AllGather, dtype, 0, blocks, Run::Sync))
             }),
         )
     }
@@ -1088,7 +1095,7 @@ impl CudaGroup {
             Box::new(move |base| {
                 let h_in = host_tensor(base, at_in, output.dtype, output.numel * n);
                 let h_out = host_tensor(base, at_out, output.dtype, output.numel);
-                finish_cpu(cpu.reduce_scatter(h_in, h_out, red, None))
+                sync_cpu(cpu.reduce_scatter(h_in, h_out, red, Run::Sync))
             }),
         )
     }
@@ -1192,14 +1199,11 @@ impl CudaGroup {
                                 .map(|(p, at, n)| (p, host_tensor(base, at, dtype, n).buf))
                                 .collect()
                         };
-                        finish_cpu(cpu.exchange(
-                            kind,
-                            dtype,
-                            count,
-                            host(s_blocks),
-                            host(r_blocks),
-                            None,
-                        ))
+                        let blocks = Blocks {
+                            sends: host(s_blocks),
+                            recvs: host(r_blocks),
+                        };
+                        sync_cpu(cpu.exchange(kind, dtype, count, blocks, Run::Sync))
                     }),
                 )
             }
@@ -1470,7 +1474,7 @@ impl CudaGroup {
                     Layout::default(),
                     Vec::new(),
                     Vec::new(),
-                    Box::new(move |_| finish_cpu(cpu.barrier())),
+                    Box::new(move |_| sync_cpu(cpu.barrier(Run::Sync))),
                 )
             }
         };

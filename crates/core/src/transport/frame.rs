@@ -116,7 +116,6 @@ pub fn error_from_abort(class: u8, msg: String) -> Error {
     }
 }
 
-/// A complete frame read before anyone asked for it.
 /// The collective a header belongs to, in words.
 pub fn collective_name(hdr: &Header) -> String {
     CollectiveKind::from_code(hdr.coll)
@@ -124,32 +123,54 @@ pub fn collective_name(hdr: &Header) -> String {
         .unwrap_or_else(|_| format!("collective code {}", hdr.coll))
 }
 
-/// What differs between our signature and a peer's header, in words.
-pub fn signature_diff(ours: &Signature, hdr: &Header) -> Option<String> {
-    if ours.kind as u8 != hdr.coll {
-        let theirs = collective_name(hdr);
+/// A peer's signature as codes (from a frame header or a workspace announce line).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Codes {
+    pub kind: u8,
+    pub dtype: u8,
+    pub op: u8,
+    pub count: u64,
+}
+
+impl From<&Header> for Codes {
+    fn from(hdr: &Header) -> Codes {
+        Codes {
+            kind: hdr.coll,
+            dtype: hdr.dtype,
+            op: hdr.op,
+            count: hdr.count,
+        }
+    }
+}
+
+/// What differs between our signature and a peer's, in words.
+pub fn signature_diff(ours: &Signature, theirs: Codes) -> Option<String> {
+    if ours.kind as u8 != theirs.kind {
+        let name = CollectiveKind::from_code(theirs.kind)
+            .map(|k| k.name().to_string())
+            .unwrap_or_else(|_| format!("collective code {}", theirs.kind));
         return Some(format!(
-            "collective type differs: {} vs {theirs}",
+            "collective type differs: {} vs {name}",
             ours.kind.name()
         ));
     }
-    if ours.dtype as u8 != hdr.dtype {
-        let theirs = DType::from_code(hdr.dtype)
+    if ours.dtype as u8 != theirs.dtype {
+        let name = DType::from_code(theirs.dtype)
             .map(|d| d.name().to_string())
-            .unwrap_or_else(|_| format!("dtype code {}", hdr.dtype));
-        return Some(format!("dtype differs: {} vs {theirs}", ours.dtype.name()));
+            .unwrap_or_else(|_| format!("dtype code {}", theirs.dtype));
+        return Some(format!("dtype differs: {} vs {name}", ours.dtype.name()));
     }
-    if ours.count != hdr.count {
+    if ours.count != theirs.count {
         return Some(format!(
             "tensor size differs: {} vs {} elements",
-            ours.count, hdr.count
+            ours.count, theirs.count
         ));
     }
-    if ours.op as u8 != hdr.op {
-        let theirs = ReduceOp::from_code(hdr.op)
+    if ours.op as u8 != theirs.op {
+        let name = ReduceOp::from_code(theirs.op)
             .map(|o| o.name().to_string())
-            .unwrap_or_else(|_| format!("op code {}", hdr.op));
-        return Some(format!("reduce op differs: {} vs {theirs}", ours.op.name()));
+            .unwrap_or_else(|_| format!("op code {}", theirs.op));
+        return Some(format!("reduce op differs: {} vs {name}", ours.op.name()));
     }
     None
 }

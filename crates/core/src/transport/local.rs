@@ -4,14 +4,21 @@
 //! per-source queues on arrival, so receiving from one peer never blocks on another. Sends never
 //! block (unbounded channels), which gives the "sends never wait for this rank's receives"
 //! guarantee of [`Transport::exchange`]. It carries collectives only (no point-to-point).
+//!
+//! [`mesh_on_hosts`] places the ranks on test "hosts": the ranks of a host share a workspace
+//! in heap memory (the same protocol as the shared-memory one), so the shared-memory and
+//! hierarchical algorithms run here too.
 
+use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::collections::VecDeque;
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::reduce;
-use crate::transport::{Op, OpCtx, Signature, Transport};
+use crate::transport::workspace::{Arrival, Workspace, REGION_BYTES};
+use crate::transport::{Op, OpCtx, Peers, SharedMemory, Signature, Transport};
 
 enum Payload {
     Collective {
@@ -45,6 +52,46 @@ pub struct LocalTransport {
     closed: Vec<bool>,
     /// Set once a peer aborted; every later call fails with it.
     aborted: Option<Error>,
+    /// Host index of every rank.
+    host_of: Vec<usize>,
+    /// The workspace of this rank's host, when it holds several ranks.
+    ws: Option<Workspace>,
+    /// The memory `ws` points into (after it, so it is freed last).
+    _memory: Option<Arc<HostMemory>>,
+}
+
+/// Zeroed, page-aligned workspace regions shared by the ranks of one test host.
+struct HostMemory {
+    regions: Vec<*mut u8>,
+}
+
+// SAFETY: plain heap memory; the ranks touch it only through the workspace protocol.
+unsafe impl Send for HostMemory {}
+// SAFETY: as above.
+unsafe impl Sync for HostMemory {}
+
+fn region_layout() -> Layout {
+    Layout::from_size_align(REGION_BYTES, 4096).unwrap_or_else(|_| Layout::new::<u8>())
+}
+
+impl HostMemory {
+    fn new(ranks: usize) -> HostMemory {
+        let regions = (0..ranks)
+            // SAFETY: a non-zero-sized layout; freed in Drop with the same layout.
+            .map(|_| unsafe { alloc_zeroed(region_layout()) })
+            .collect::<Vec<_>>();
+        assert!(regions.iter().all(|r| !r.is_null()), "out of memory");
+        HostMemory { regions }
+    }
+}
+
+impl Drop for HostMemory {
+    fn drop(&mut self) {
+        for &r in &self.regions {
+            // SAFETY: allocated in `new` with this layout, freed once.
+            unsafe { dealloc(r, region_layout()) };
+        }
+    }
 }
 
 /// Creates `n` connected transports; element `r` is rank `r`'s.
@@ -59,8 +106,39 @@ pub fn mesh(n: usize) -> Vec<LocalTransport> {
             frames: (0..n).map(|_| VecDeque::new()).collect(),
             closed: vec![false; n],
             aborted: None,
+            host_of: (0..n).collect(),
+            ws: None,
+            _memory: None,
         })
         .collect()
+}
+
+/// Creates a mesh of `host_of.len()` ranks where rank r sits on host `host_of[r]` (hosts
+/// numbered by their lowest rank): the ranks of a host share a workspace.
+pub fn mesh_on_hosts(host_of: &[usize]) -> Vec<LocalTransport> {
+    let n = host_of.len();
+    let hosts = host_of.iter().max().map_or(0, |&h| h + 1);
+    let members: Vec<Vec<usize>> = (0..hosts)
+        .map(|h| (0..n).filter(|&r| host_of[r] == h).collect())
+        .collect();
+    let memory: Vec<Arc<HostMemory>> = members
+        .iter()
+        .map(|m| Arc::new(HostMemory::new(m.len())))
+        .collect();
+    let mut ranks = mesh(n);
+    for (r, t) in ranks.iter_mut().enumerate() {
+        let h = host_of[r];
+        t.host_of = host_of.to_vec();
+        if members[h].len() > 1 {
+            let me = members[h].iter().position(|&x| x == r).unwrap_or(0);
+            let mem = memory[h].clone();
+            // SAFETY: every region is REGION_BYTES, zeroed, 4096-aligned, and kept alive by
+            // `_memory` as long as the workspace.
+            t.ws = Some(unsafe { Workspace::new(me, members[h].clone(), mem.regions.clone()) });
+            t._memory = Some(mem);
+        }
+    }
+    ranks
 }
 
 fn describe_mismatch(ours: &Signature, theirs: &Signature) -> String {
@@ -183,6 +261,100 @@ impl LocalTransport {
     }
 }
 
+impl LocalTransport {
+    /// Polls `ready` (yielding) until it holds or `ctx`'s deadline passes.
+    fn ws_poll(
+        &mut self,
+        ctx: &OpCtx,
+        ready: &mut dyn FnMut(&mut Workspace) -> bool,
+    ) -> Result<()> {
+        let rank = self.rank;
+        let Some(ws) = self.ws.as_mut() else {
+            return Err(Error::Runtime("no workspace on this host".into()));
+        };
+        ws.begin(ctx.seq, &ctx.sig);
+        loop {
+            if ready(ws) {
+                return Ok(());
+            }
+            if Instant::now() >= ctx.deadline {
+                return Err(Error::backend(format!(
+                    "rank {rank}: {} (collective #{}) Timed out in the workspace",
+                    ctx.sig.kind.name(),
+                    ctx.seq
+                )));
+            }
+            std::thread::yield_now();
+        }
+    }
+}
+
+impl SharedMemory for LocalTransport {
+    fn local_rank(&self) -> usize {
+        self.ws.as_ref().map_or(0, Workspace::local_rank)
+    }
+
+    fn local_size(&self) -> usize {
+        self.ws.as_ref().map_or(1, Workspace::local_size)
+    }
+
+    fn group_rank(&self, local: usize) -> usize {
+        self.ws
+            .as_ref()
+            .map_or(self.rank, |ws| ws.group_ranks()[local])
+    }
+
+    fn prepare(&mut self, ctx: &OpCtx) -> Result<&mut [u8]> {
+        self.ws_poll(ctx, &mut |ws| ws.may_write())?;
+        match self.ws.as_mut() {
+            Some(ws) => Ok(ws.next_slot()),
+            None => Err(Error::Runtime("no workspace on this host".into())),
+        }
+    }
+
+    fn publish(&mut self, inline: &[u8]) {
+        if let Some(ws) = self.ws.as_mut() {
+            ws.publish(inline);
+        }
+    }
+
+    fn wait(&mut self, ctx: &OpCtx, peers: Peers<'_>) -> Result<()> {
+        let mut differing = None;
+        self.ws_poll(ctx, &mut |ws| {
+            let (me, n) = (ws.local_rank(), ws.local_size());
+            let mut check = |p: usize| match ws.arrived(p) {
+                Arrival::Pending => false,
+                Arrival::Arrived => true,
+                Arrival::Mismatch => {
+                    differing = Some(p);
+                    true
+                }
+            };
+            match peers {
+                Peers::All => (0..n).all(|p| p == me || check(p)),
+                Peers::Only(list) => list.iter().all(|&p| p == me || check(p)),
+            }
+        })?;
+        match differing {
+            Some(p) => Err(Error::backend(format!(
+                "{} mismatch between ranks: rank {} and local rank {p} disagree (collective #{})",
+                ctx.sig.kind.name(),
+                self.rank,
+                ctx.seq
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    fn inline(&self, local: usize, len: usize) -> &[u8] {
+        self.ws.as_ref().map_or(&[], |ws| ws.inline(local, len))
+    }
+
+    fn slot(&self, local: usize) -> &[u8] {
+        self.ws.as_ref().map_or(&[], |ws| ws.slot(local))
+    }
+}
+
 impl Transport for LocalTransport {
     fn rank(&self) -> usize {
         self.rank
@@ -190,6 +362,18 @@ impl Transport for LocalTransport {
 
     fn size(&self) -> usize {
         self.peers.len()
+    }
+
+    fn host_of(&self) -> &[usize] {
+        &self.host_of
+    }
+
+    fn shared(&mut self) -> Option<&mut dyn SharedMemory> {
+        if self.ws.is_some() {
+            Some(self)
+        } else {
+            None
+        }
     }
 
     fn exchange(&mut self, ctx: &OpCtx, ops: &mut [Op<'_>]) -> Result<()> {

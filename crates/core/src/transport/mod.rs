@@ -1,7 +1,9 @@
 //! Transports: how bytes move between the ranks of a group.
 //!
-//! Algorithms are written against [`Transport`], so every transport (TCP today, shared memory
-//! later, an in-memory one for tests) serves the same ring and tree code.
+//! Algorithms are written against [`Transport`] (messages between ranks, over TCP or
+//! shared-memory pipes, or the in-memory transport of the tests) and, where the ranks share a
+//! host, [`SharedMemory`] (the group's workspace: ranks read each other's data in place). The
+//! transport only moves bytes; which algorithm runs is chosen in `algorithms/select.rs`.
 
 use std::time::{Duration, Instant};
 
@@ -11,9 +13,11 @@ use crate::types::{CollectiveKind, DType, ReduceOp};
 
 pub mod frame;
 pub mod local;
+pub mod members;
 pub mod mesh;
 pub mod shm;
 pub mod tcp;
+pub mod workspace;
 
 /// Time left until `deadline`, or `None` once it has passed.
 pub fn remaining(deadline: Instant) -> Option<Duration> {
@@ -71,10 +75,90 @@ pub enum Op<'a> {
     RecvReduce { peer: usize, buf: &'a mut [u8] },
 }
 
+/// How the ranks of a group are connected, as algorithm selection sees it (the same on every
+/// rank of the group).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkKind {
+    /// Every rank on one host: the shared-memory workspace.
+    SharedMemory,
+    /// No two ranks share memory (separate hosts, or `RUSTDIST_SHM=0`): TCP.
+    Tcp,
+    /// Some hosts hold several ranks: shared memory inside each, TCP between hosts.
+    Hierarchical,
+}
+
+impl LinkKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            LinkKind::SharedMemory => "shm",
+            LinkKind::Tcp => "tcp",
+            LinkKind::Hierarchical => "hierarchical",
+        }
+    }
+
+    /// The kind of a group whose ranks sit on hosts `host_of` (host index per rank).
+    pub fn of(host_of: &[usize]) -> LinkKind {
+        let hosts = host_of.iter().max().map_or(0, |&h| h + 1);
+        if hosts <= 1 && host_of.len() > 1 {
+            LinkKind::SharedMemory
+        } else if hosts == host_of.len() {
+            LinkKind::Tcp
+        } else {
+            LinkKind::Hierarchical
+        }
+    }
+}
+
+/// The local ranks a [`SharedMemory::wait`] waits for.
+#[derive(Debug, Clone, Copy)]
+pub enum Peers<'a> {
+    /// Every local rank.
+    All,
+    /// These local ranks.
+    Only(&'a [usize]),
+}
+
+/// The shared-memory workspace of the ranks of a group on this host (see `workspace.rs` for
+/// the protocol). Ranks are local indices (`0..local_size()`, in group-rank order). Every
+/// local rank publishes the same sequence of steps; a step's data is read only between
+/// waiting for it and publishing the next step, which the borrows below enforce.
+pub trait SharedMemory {
+    fn local_rank(&self) -> usize;
+    fn local_size(&self) -> usize;
+    /// The group rank of local rank `local`.
+    fn group_rank(&self, local: usize) -> usize;
+    /// This rank's data slot for the next step, once every local rank is done with the
+    /// step two back (waits for that, within `ctx`'s deadline).
+    fn prepare(&mut self, ctx: &OpCtx) -> Result<&mut [u8]>;
+    /// Publishes the next step, with `inline` (at most `workspace::INLINE_BYTES`) in the
+    /// flag's cache line.
+    fn publish(&mut self, inline: &[u8]);
+    /// Waits until `peers` have published the current step.
+    fn wait(&mut self, ctx: &OpCtx, peers: Peers<'_>) -> Result<()>;
+    /// The inline payload of local rank `local` for the current step (`len` bytes).
+    fn inline(&self, local: usize, len: usize) -> &[u8];
+    /// Local rank `local`'s data slot of the current step.
+    fn slot(&self, local: usize) -> &[u8];
+}
+
 /// Point-to-point and collective messaging between the ranks of one group.
 pub trait Transport: Send {
     fn rank(&self) -> usize;
     fn size(&self) -> usize;
+
+    /// Host index of every rank (hosts numbered by their lowest rank): ranks of one host
+    /// share memory.
+    fn host_of(&self) -> &[usize];
+
+    /// The kind of links between the ranks.
+    fn link_kind(&self) -> LinkKind {
+        LinkKind::of(self.host_of())
+    }
+
+    /// The workspace of the ranks on this host, when there are several.
+    fn shared(&mut self) -> Option<&mut dyn SharedMemory> {
+        None
+    }
 
     /// Runs all `ops` concurrently (sends never wait for this rank's receives) and returns
     /// once all completed, or with the first error. Errors: [`crate::Error::Network`] when a

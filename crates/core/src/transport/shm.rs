@@ -1,7 +1,8 @@
-//! Shared-memory links between ranks on one host.
+//! Shared memory between ranks on one host: links (byte pipes) and the collective workspace.
 //!
-//! Each rank owns one segment holding its doorbell and one single-producer single-consumer byte
-//! ring per peer (the peer writes, this rank reads). A link to peer p reads from the ring p
+//! Each rank owns one segment holding its doorbell, one single-producer single-consumer byte
+//! ring per peer (the peer writes, this rank reads) and its region of the group's workspace
+//! (`workspace.rs`). A link to peer p reads from the ring p
 //! writes in our segment and writes into the ring for us in p's segment. The byte stream is the
 //! same framed stream the TCP links carry, so the mesh's progress loop serves both. A waiter
 //! sleeps on its own doorbell (a futex in shared memory) that writers ring; the TCP connection
@@ -15,6 +16,7 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 use crate::store::Store;
 use crate::transport::remaining;
+use crate::transport::workspace::{Workspace, REGION_BYTES};
 
 /// Bytes of one ring's data area: large enough that big messages move in few wake-ups, small
 /// enough to stay cache-friendly.
@@ -43,8 +45,13 @@ fn os_error(what: &str) -> Error {
 }
 
 impl Segment {
+    /// Offset of the workspace region: after the rings, on a page boundary.
+    fn workspace_offset(size: usize) -> usize {
+        (BELL_BYTES + size * RING_STRIDE).div_ceil(4096) * 4096
+    }
+
     fn len_for(size: usize) -> usize {
-        BELL_BYTES + size * RING_STRIDE
+        Self::workspace_offset(size) + REGION_BYTES
     }
 
     /// Creates this rank's segment with one ring slot per rank of a group of `size`.
@@ -164,6 +171,14 @@ struct Bell {
 }
 
 impl Bell {
+    /// Wakes the rank if it sleeps. SeqCst pairs with [`ShmHost::sleep`]: a sleeper either
+    /// sees what was published before this call or is woken by it.
+    fn ring_if_sleeping(&self) {
+        if self.sleepers.load(Ordering::SeqCst) > 0 {
+            self.ring();
+        }
+    }
+
     fn ring(&self) {
         self.seq.fetch_add(1, Ordering::SeqCst);
         if self.sleepers.load(Ordering::SeqCst) > 0 {
@@ -265,11 +280,47 @@ impl Ring {
 pub struct ShmHost {
     own: Segment,
     peers: Vec<Option<Segment>>,
+    /// Ranks of the group (the segments' ring count).
+    size: usize,
 }
 
 impl ShmHost {
-    fn new(own: Segment, peers: Vec<Option<Segment>>) -> ShmHost {
-        ShmHost { own, peers }
+    fn new(own: Segment, peers: Vec<Option<Segment>>, size: usize) -> ShmHost {
+        ShmHost { own, peers, size }
+    }
+
+    /// The workspace of the ranks on this host (this one is group rank `me`).
+    pub fn workspace(&self, me: usize) -> Workspace {
+        let at = Segment::workspace_offset(self.size);
+        let mut ranks = Vec::new();
+        let mut regions = Vec::new();
+        for p in 0..self.size {
+            let seg = if p == me {
+                Some(&self.own)
+            } else {
+                self.peers[p].as_ref()
+            };
+            if let Some(seg) = seg {
+                ranks.push(p);
+                // SAFETY: the region lies inside the mapping (len_for covers it).
+                regions.push(unsafe { seg.base.add(at) });
+            }
+        }
+        let local = ranks.iter().position(|&r| r == me).unwrap_or(0);
+        // SAFETY: every region is REGION_BYTES of a page-aligned, zero-filled shared mapping
+        // that this host (owned by the same transport as the workspace) keeps mapped.
+        unsafe { Workspace::new(local, ranks, regions) }
+    }
+
+    /// Wakes the local ranks (group ranks `ranks`) that sleep on their doorbells.
+    pub fn wake(&self, ranks: &[usize], me: usize) {
+        for &p in ranks {
+            if p != me {
+                if let Some(seg) = self.peers[p].as_ref() {
+                    seg.bell().ring_if_sleeping();
+                }
+            }
+        }
     }
 
     fn unlink_own(&mut self) {
@@ -372,7 +423,11 @@ impl ShmPipe {
 }
 
 /// Identifies this machine (and boot), so that ranks can tell which peers share memory with it.
+/// `RUSTDIST_HOST_ID` overrides it (to split ranks of one machine into test "hosts").
 fn host_identity() -> String {
+    if let Ok(id) = std::env::var("RUSTDIST_HOST_ID") {
+        return id;
+    }
     let mut name = [0u8; 256];
     // SAFETY: gethostname writes at most `name.len()` bytes into the buffer.
     let ok = unsafe { libc::gethostname(name.as_mut_ptr() as *mut libc::c_char, name.len()) } == 0;
@@ -386,8 +441,28 @@ fn host_identity() -> String {
     format!("{host}/{}", boot.trim())
 }
 
-/// Sets up shared-memory pipes to the peers on this host. A rank that
-/// cannot create its segment publishes none, and its pairs stay on TCP.
+/// Host index of every rank, hosts numbered by their lowest rank; `keys[p]` is rank p's host
+/// key, empty for a rank without shared memory (a host of its own).
+fn hosts_of(keys: &[String]) -> Vec<usize> {
+    let mut host_of: Vec<usize> = Vec::with_capacity(keys.len());
+    let mut hosts = 0;
+    for (p, key) in keys.iter().enumerate() {
+        let same = (0..p).find(|&q| !key.is_empty() && keys[q] == *key);
+        host_of.push(match same {
+            Some(q) => host_of[q],
+            None => {
+                hosts += 1;
+                hosts - 1
+            }
+        });
+    }
+    host_of
+}
+
+/// Sets up shared memory with the peers on this host: each rank's segment (pipes and its
+/// workspace region) mapped by the others. Returns it (None when no peer shares the host, or
+/// this rank could not create its segment: its pairs stay on TCP) and the host index of every
+/// rank, which every rank computes the same from what all published.
 pub fn share_memory(
     store: &dyn Store,
     prefix: &str,
@@ -395,9 +470,9 @@ pub fn share_memory(
     size: usize,
     group: u32,
     deadline: Instant,
-) -> Result<Option<ShmHost>> {
+) -> Result<(Option<ShmHost>, Vec<usize>)> {
     if size == 1 {
-        return Ok(None);
+        return Ok((None, vec![0]));
     }
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -413,19 +488,27 @@ pub fn share_memory(
         None => String::new(),
     };
     store.set(&format!("{prefix}/shm/{rank}"), published.as_bytes())?;
-    let Some(own) = own else { return Ok(None) };
-    let me = host_identity();
+    let mut keys = Vec::with_capacity(size);
+    let mut names = Vec::with_capacity(size);
+    for p in 0..size {
+        let text = if p == rank {
+            published.clone()
+        } else {
+            let raw = store.get(&format!("{prefix}/shm/{p}"), remaining(deadline))?;
+            String::from_utf8_lossy(&raw).into_owned()
+        };
+        let (host, seg) = text.split_once('\n').unwrap_or(("", ""));
+        keys.push(host.to_string());
+        names.push(seg.to_string());
+    }
+    let host_of = hosts_of(&keys);
+    let Some(own) = own else {
+        return Ok((None, host_of));
+    };
     let mut segments: Vec<Option<Segment>> = (0..size).map(|_| None).collect();
     for (p, slot) in segments.iter_mut().enumerate() {
-        if p == rank {
-            continue;
-        }
-        let raw = store.get(&format!("{prefix}/shm/{p}"), remaining(deadline))?;
-        let text = String::from_utf8_lossy(&raw);
-        if let Some((host, seg)) = text.split_once('\n') {
-            if host == me {
-                *slot = Some(Segment::open(seg, size)?);
-            }
+        if p != rank && host_of[p] == host_of[rank] {
+            *slot = Some(Segment::open(&names[p], size)?);
         }
     }
     // Once every local peer has mapped our segment its name can go: nothing leaks in /dev/shm.
@@ -435,10 +518,10 @@ pub fn share_memory(
         .map(|p| format!("{prefix}/shm_mapped/{p}"))
         .collect();
     if local.is_empty() {
-        return Ok(None);
+        return Ok((None, host_of));
     }
     store.wait(&local, remaining(deadline))?;
-    let mut host = ShmHost::new(own, segments);
+    let mut host = ShmHost::new(own, segments, size);
     host.unlink_own();
-    Ok(Some(host))
+    Ok((Some(host), host_of))
 }

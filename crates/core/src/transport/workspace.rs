@@ -1,0 +1,257 @@
+//! The shared-memory workspace of the ranks of a group that share a host: the memory that
+//! collectives run in directly, instead of streaming bytes through pipes.
+//!
+//! Every rank owns one region (in its shared segment, see `shm.rs`) that only it writes and
+//! the others read: an announce line (the collective it is in, for mismatch checks), a
+//! progress line, a flag line per collective kind and step parity (the step number, the
+//! collective's signature, then up to [`INLINE_BYTES`] of data in the same cache line), and two
+//! data slots.
+//!
+//! The protocol, in steps numbered 1, 2, ... identically on every rank (all ranks run the same
+//! sequence of collectives, each a fixed number of steps):
+//! - a step's data lives in the writer's buffers of parity `step % 2` (flag line and slot);
+//! - a rank publishes every step (with or without data) by storing the step number;
+//! - a rank reads the data of step `s` only after seeing the writer's flag reach `s`, and only
+//!   before it publishes `s + 1`;
+//! - so before writing the buffers of step `s` a rank makes sure every peer has published
+//!   `s - 1` (it then has finished reading step `s - 2`, the buffers' previous use).
+//!
+//! Small messages therefore cost one cache-line transfer per peer and one wait. The signature
+//! travels with every step, so ranks that disagree about a collective (size, dtype, op) are
+//! caught on the first step; collectives keep separate flag lines per kind, so ranks in
+//! different collectives never read each other's flags as their own (that mismatch is named
+//! from the announce lines, which waiters read while they wait).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::transport::Signature;
+use crate::types::CollectiveKind;
+
+/// Bytes of a cache line: flags sit on lines of their own.
+pub const LINE: usize = 64;
+/// Payload bytes carried in a flag line next to the step number and the signature.
+pub const INLINE_BYTES: usize = LINE - 16;
+/// Bytes of one data slot (each rank has two).
+pub const SLOT_BYTES: usize = 1 << 20;
+
+const KINDS: usize = CollectiveKind::ALL.len();
+const ANNOUNCE: usize = 0;
+const PROGRESS: usize = LINE;
+const FLAGS: usize = 2 * LINE;
+const PAGE: usize = 4096;
+const SLOTS: usize = (FLAGS + KINDS * 2 * LINE).div_ceil(PAGE) * PAGE;
+
+/// Bytes of one rank's workspace region (a multiple of the page size).
+pub const REGION_BYTES: usize = SLOTS + 2 * SLOT_BYTES;
+
+/// What a rank says about the collective it is in; read by peers only to name a mismatch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Announced {
+    pub seq: u64,
+    pub sig: u64,
+    pub count: u64,
+}
+
+/// The signature packed into one word (kind, dtype, op); [`unpacked`] reverses it.
+fn packed(sig: &Signature) -> u64 {
+    (sig.kind as u64) | ((sig.dtype as u64) << 8) | ((sig.op as u64) << 16)
+}
+
+/// The word each step carries: the whole signature, element count included, folded.
+fn stamp(sig: &Signature) -> u64 {
+    packed(sig) ^ sig.count.rotate_left(24) ^ 0x9e37_79b9_7f4a_7c15
+}
+
+/// Whether a peer has published the current step, and with which signature.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arrival {
+    Pending,
+    Arrived,
+    /// It published the step, for a collective that differs from this rank's.
+    Mismatch,
+}
+
+/// The kind, dtype and op codes of a packed signature.
+pub fn unpacked(word: u64) -> (u8, u8, u8) {
+    (word as u8, (word >> 8) as u8, (word >> 16) as u8)
+}
+
+/// One rank's view of the workspace: its own region and its local peers'.
+pub struct Workspace {
+    /// This rank's index among the local ranks.
+    me: usize,
+    /// Group rank of each local rank, in increasing order.
+    ranks: Vec<usize>,
+    /// Base of each local rank's region (this rank's included).
+    regions: Vec<*mut u8>,
+    /// Steps this rank has published.
+    step: u64,
+    /// Steps each local rank is known to have published.
+    known: Vec<u64>,
+    /// The collective kind of the current operation and its signature word.
+    kind: CollectiveKind,
+    stamp: u64,
+}
+
+// SAFETY: the regions are shared memory mapped for the workspace's whole life (the mesh drops
+// the workspace before the segments); access follows the protocol above, through atomics for
+// flags and through slices only where the protocol gives a rank exclusive or stable access.
+unsafe impl Send for Workspace {}
+
+impl Workspace {
+    /// A workspace over `regions` (one per local rank, ordered by group rank `ranks`; this
+    /// rank is local rank `me`). Each region is [`REGION_BYTES`] of zeroed, mapped memory
+    /// that lives as long as the workspace.
+    ///
+    /// # Safety
+    /// Every pointer must be valid for [`REGION_BYTES`] bytes, 64-byte aligned, and shared
+    /// with the rank it belongs to for the workspace's lifetime.
+    pub unsafe fn new(me: usize, ranks: Vec<usize>, regions: Vec<*mut u8>) -> Workspace {
+        let n = regions.len();
+        Workspace {
+            me,
+            ranks,
+            regions,
+            step: 0,
+            known: vec![0; n],
+            kind: CollectiveKind::Barrier,
+            stamp: 0,
+        }
+    }
+
+    /// This rank's index among the ranks of the host.
+    pub fn local_rank(&self) -> usize {
+        self.me
+    }
+
+    /// Number of ranks of the group on this host.
+    pub fn local_size(&self) -> usize {
+        self.regions.len()
+    }
+
+    /// Group ranks of the local ranks, by local index.
+    pub fn group_ranks(&self) -> &[usize] {
+        &self.ranks
+    }
+
+    fn word(&self, rank: usize, offset: usize) -> &AtomicU64 {
+        // SAFETY: offset + 8 lies inside the region (a layout constant) at an 8-byte aligned
+        // address; the word is only accessed atomically.
+        unsafe { &*(self.regions[rank].add(offset) as *const AtomicU64) }
+    }
+
+    fn flag_offset(&self, step: u64) -> usize {
+        FLAGS + (self.kind as usize * 2 + (step % 2) as usize) * LINE
+    }
+
+    /// Starts a collective: says which one (peers read it only to report a mismatch).
+    pub fn begin(&mut self, seq: u64, sig: &Signature) {
+        self.kind = sig.kind;
+        self.stamp = stamp(sig);
+        let me = self.me;
+        self.word(me, ANNOUNCE + 8)
+            .store(packed(sig), Ordering::Relaxed);
+        self.word(me, ANNOUNCE + 16)
+            .store(sig.count, Ordering::Relaxed);
+        self.word(me, ANNOUNCE).store(seq, Ordering::Release);
+    }
+
+    /// What local rank `p` last announced.
+    pub fn announced(&self, p: usize) -> Announced {
+        let seq = self.word(p, ANNOUNCE).load(Ordering::Acquire);
+        Announced {
+            seq,
+            sig: self.word(p, ANNOUNCE + 8).load(Ordering::Relaxed),
+            count: self.word(p, ANNOUNCE + 16).load(Ordering::Relaxed),
+        }
+    }
+
+    /// Whether `sig` (this rank's) differs from what `a` (a peer's announce) packs.
+    pub fn differs(sig: &Signature, a: &Announced) -> bool {
+        a.sig != packed(sig) || a.count != sig.count
+    }
+
+    /// True when every local rank may have its buffers of the next step overwritten: all
+    /// have published the current step. Reads the peers' progress only when not yet known.
+    pub fn may_write(&mut self) -> bool {
+        for p in 0..self.known.len() {
+            if self.known[p] < self.step {
+                self.known[p] = self.word(p, PROGRESS).load(Ordering::Acquire);
+                if self.known[p] < self.step {
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// This rank's data slot for the next step. Only valid after [`Workspace::may_write`]
+    /// said yes (the caller waits for that first).
+    pub fn next_slot(&mut self) -> &mut [u8] {
+        let at = SLOTS + ((self.step + 1) % 2) as usize * SLOT_BYTES;
+        // SAFETY: the slot lies inside this rank's region; only this rank writes it, and no
+        // peer reads it any more (may_write: every peer is past its previous use).
+        unsafe { std::slice::from_raw_parts_mut(self.regions[self.me].add(at), SLOT_BYTES) }
+    }
+
+    /// Publishes the next step with `inline` (at most [`INLINE_BYTES`]) in its flag line;
+    /// returns the step. Data meant for the step's slot must be written before.
+    pub fn publish(&mut self, inline: &[u8]) -> u64 {
+        debug_assert!(inline.len() <= INLINE_BYTES);
+        self.step += 1;
+        let step = self.step;
+        let me = self.me;
+        let at = self.flag_offset(step);
+        self.word(me, at + 8).store(self.stamp, Ordering::Relaxed);
+        // SAFETY: the payload bytes follow the step and signature words inside this rank's
+        // own flag line, which no peer reads until the step number below is stored (Release).
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                inline.as_ptr(),
+                self.regions[me].add(at + 16),
+                inline.len(),
+            )
+        };
+        // SeqCst: a waiter that announced it sleeps either sees this store or is woken.
+        self.word(me, at).store(step, Ordering::SeqCst);
+        self.word(me, PROGRESS).store(step, Ordering::Release);
+        self.known[me] = step;
+        step
+    }
+
+    /// Whether local rank `p` has published the current step, and whether for this
+    /// rank's collective.
+    pub fn arrived(&mut self, p: usize) -> Arrival {
+        let at = self.flag_offset(self.step);
+        let seen = self.word(p, at).load(Ordering::Acquire);
+        if seen < self.step {
+            return Arrival::Pending;
+        }
+        self.known[p] = self.known[p].max(self.step);
+        if seen == self.step && self.word(p, at + 8).load(Ordering::Relaxed) != self.stamp {
+            return Arrival::Mismatch;
+        }
+        Arrival::Arrived
+    }
+
+    /// Whether local rank `p` has published the current step, without recording it.
+    pub fn peek_arrived(&self, p: usize) -> bool {
+        let at = self.flag_offset(self.step);
+        self.word(p, at).load(Ordering::Acquire) >= self.step
+    }
+
+    /// The inline payload local rank `p` published with the current step.
+    pub fn inline(&self, p: usize, len: usize) -> &[u8] {
+        let at = self.flag_offset(self.step) + 16;
+        // SAFETY: inside p's flag line; stable until this rank publishes its next step (the
+        // protocol: p does not overwrite it before this rank has published that).
+        unsafe { std::slice::from_raw_parts(self.regions[p].add(at), len.min(INLINE_BYTES)) }
+    }
+
+    /// Local rank `p`'s data slot of the current step.
+    pub fn slot(&self, p: usize) -> &[u8] {
+        let at = SLOTS + (self.step % 2) as usize * SLOT_BYTES;
+        // SAFETY: inside p's region; stable until this rank publishes its next step.
+        unsafe { std::slice::from_raw_parts(self.regions[p].add(at), SLOT_BYTES) }
+    }
+}
