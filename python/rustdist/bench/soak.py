@@ -75,7 +75,11 @@ def soak_rank(cfg: Config, rank: int, out: Emitter) -> None:
         lay = layout("all_reduce", 64, world)
         ok = check(side.make_call("all_reduce", a[:lay.n_in], b[:0]), lay, rank, a[:lay.n_in],
                    b[:0])
-        out.emit("sample", ops=ops, correct=ok, seconds=time.perf_counter() - start, **usage())
+        now = usage()
+        # No rank moves on (after the last sample: leaves the world, which closes the store
+        # connections and threads rank 0 serves) before every rank has sampled.
+        rd.barrier()
+        out.emit("sample", ops=ops, correct=ok, seconds=time.perf_counter() - start, **now)
 
     for _ in range(WARMUP_OPS):
         one()
