@@ -1,0 +1,225 @@
+"""``python -m rustdist.bench``: options, the runs of each mode, printing and the JSON file."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any, Callable, Optional
+
+from . import __doc__ as PACKAGE_DOC
+from . import plot, report, soak
+from .common import LABELS, OPS, SIZES, Config, fmt_size, machine, parse_size
+from .launch import free_port, mpi_problem, mpi_version, run_world
+from .progress import Progress
+from .selection import format_selection, selection_table
+
+MASTER_ADDR = "127.0.0.1"
+DEFAULT_WORLDS = {"compare": [2, 4], "cuda": [1], "soak": [4]}
+SOAK_OPS = 100_000
+MAX_ITERS = 2000
+
+
+def _world_size(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError("world sizes start at 1")
+    return n
+
+
+def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
+    """The options, with ``mode`` ("compare", "cuda", "soak") and ``world`` resolved."""
+    p = argparse.ArgumentParser(prog="python -m rustdist.bench",
+                                description=(PACKAGE_DOC or "").splitlines()[0])
+    p.add_argument("--world", type=_world_size, nargs="+",
+                   help="world sizes (default: 2 4; 1 with --device cuda; 4 with --soak)")
+    p.add_argument("--ops", nargs="+", choices=OPS, default=list(OPS),
+                   help="collectives to run (default: all)")
+    p.add_argument("--max-bytes", type=parse_size, default=SIZES[-1],
+                   help="largest size, e.g. 2M (default: 64MiB)")
+    p.add_argument("--quick", action="store_true", help="fewer, shorter rounds")
+    p.add_argument("--json", default="bench-results.json",
+                   help="where to write the results (default: bench-results.json); the plots "
+                        "go next to it (bench-results-<op>.png)")
+    p.add_argument("--vs", choices=["mpi"],
+                   help="also compare with Open MPI (mpi4py; the ranks run under mpirun)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="cuda: rustdist's NCCL path vs torch's ProcessGroupNCCL, a GPU per rank")
+    p.add_argument("--soak", action="store_true",
+                   help="mixed operations through rustdist only, watching RSS, fds and threads")
+    p.add_argument("--soak-ops", type=int, default=SOAK_OPS,
+                   help=f"operations of --soak (default: {SOAK_OPS})")
+    p.add_argument("--show-selection", action="store_true",
+                   help="print which algorithm rustdist picks per collective, link kind, world "
+                        "and size, and run nothing")
+    args = p.parse_args(argv)
+    if args.soak and (args.vs or args.device == "cuda"):
+        p.error("--soak runs rustdist alone on the CPU: no --vs or --device cuda with it")
+    if args.vs and args.device == "cuda":
+        p.error("--vs mpi compares CPU collectives; not with --device cuda")
+    args.mode = "soak" if args.soak else "cuda" if args.device == "cuda" else "compare"
+    args.world = args.world or DEFAULT_WORLDS[args.mode]
+    if args.mode != "cuda" and not args.show_selection and min(args.world) < 2:
+        p.error("world sizes start at 2 (1 only with --device cuda)")
+    if args.soak_ops < 1:
+        p.error("--soak-ops must be positive")
+    args.sizes = tuple(s for s in SIZES if s <= args.max_bytes)
+    if not args.sizes:
+        p.error(f"--max-bytes must be at least {SIZES[0]}")
+    return args
+
+
+def _rounds(args: argparse.Namespace) -> tuple[int, float]:
+    """Rounds per case and the target seconds of one side's round."""
+    return (5, 0.01) if args.quick else (15, 0.03)
+
+
+def _config(args: argparse.Namespace, world: int) -> Config:
+    """The config of one world, on a port free now (taken when the world starts)."""
+    rounds, round_seconds = _rounds(args)
+    return Config(mode=args.mode, world=world, ops=tuple(args.ops), sizes=args.sizes,
+                  rounds=rounds, round_seconds=round_seconds, max_iters=MAX_ITERS,
+                  mpi=args.vs == "mpi", master_addr=MASTER_ADDR,
+                  master_port=free_port(MASTER_ADDR), soak_ops=args.soak_ops)
+
+
+def _write_json(path: str, doc: dict[str, Any]) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=1)
+    print(f"results written to {path}")
+
+
+def _run(cfg: Config, on_event: Callable[[dict[str, Any]], None], progress: Progress) -> None:
+    """One world; a failed rank ends the bench (its traceback is already on stderr)."""
+    try:
+        run_world(cfg, on_event, on_poll=progress.tick)
+    except RuntimeError as e:
+        progress.close()
+        sys.exit(f"bench failed: {e}")
+
+
+def compare(args: argparse.Namespace, mach: dict[str, Any]) -> int:
+    """rustdist vs gloo (and MPI), or vs torch's NCCL on CUDA: prints the tables, writes the
+    JSON and the plots; 1 when a result was wrong."""
+    cuda = args.mode == "cuda"
+    peers = ["rustdist", "torch_nccl"] if cuda else ["rustdist", "gloo"] + (
+        ["mpi"] if args.vs == "mpi" else [])
+    rounds, round_s = _rounds(args)
+    print(f"{' vs '.join(LABELS[p] for p in peers)} | {mach['cpu']} | "
+          f"{mach['usable_cores']}/{mach['cores']} cores | Python {mach['python']} | "
+          f"torch {mach['torch']} | rustdist {mach['rustdist']} ({mach['rustdist_links']})"
+          + (f" | {mach['mpi']}" if "mpi" in mach else ""))
+    print(f"{rounds} alternating rounds of ~{round_s * 1e3:.0f} ms per side (barrier, then N "
+          "calls, same N for every side); latency = median over rounds of the slowest rank's "
+          "mean per call")
+    print("size and busbw (GB/s) as in nccl-tests; speed-up = their us / rustdist us")
+    per_world = len(args.ops) * len(args.sizes) + (0 if cuda else 1)
+    progress = Progress(per_world * len(args.world))
+    rows: list[dict[str, Any]] = []
+    fronts: list[dict[str, Any]] = []
+    start = time.perf_counter()
+    for world in args.world:
+        def on_event(ev: dict[str, Any], world: int = world) -> None:
+            kind = ev.pop("event")
+            ev.pop("rank")
+            if kind == "case":
+                progress.update(label=f"world {world} {ev['op']} {fmt_size(ev['bytes'])}")
+            elif kind == "row":
+                if not rows or (rows[-1]["op"], rows[-1]["world"]) != (ev["op"], world):
+                    progress.print(f"\nworld {world} · {ev['op']} (float32)\n"
+                                   f"{report.header(peers)}")
+                rows.append(ev)
+                progress.print(report.fmt_row(ev, peers))
+                progress.advance()
+            elif kind == "front_door":
+                fronts.append(ev)
+                progress.print("\n" + report.front_door_line(ev))
+                progress.advance()
+
+        _run(_config(args, world), on_event, progress)
+    progress.close()
+    summary = report.summarize(rows, fronts, peers, time.perf_counter() - start)
+    print("\nsummary: " + "\n         ".join(report.summary_lines(summary)))
+    plots = _plots(rows, args.json, mach)
+    _write_json(args.json, {
+        "machine": mach, "mode": args.mode, "peers": peers,
+        "launcher": "mpirun --allow-run-as-root --oversubscribe" if args.vs else "processes",
+        "config": {"worlds": args.world, "ops": args.ops, "sizes": list(args.sizes),
+                   "rounds": rounds, "round_seconds": round_s, "max_iters": MAX_ITERS},
+        "results": rows, "front_door": fronts, "summary": summary, "plots": plots})
+    return 1 if summary["wrong"] else 0
+
+
+def _plots(rows: list[dict[str, Any]], json_path: str, mach: dict[str, Any]) -> list[str]:
+    if not plot.available():
+        print(f"plots skipped: {plot.MISSING}")
+        return []
+    paths = plot.write_plots(rows, json_path, f"{mach['cpu']}, {mach['usable_cores']} cores, "
+                                              f"torch {mach['torch']}, rustdist {mach['rustdist']}")
+    print(f"plots written: {', '.join(paths)}")
+    return paths
+
+
+def soak_run(args: argparse.Namespace, mach: dict[str, Any]) -> int:
+    """The soak at every world size: prints the samples, writes the JSON; 1 on a failure."""
+    print(f"soak: {args.soak_ops} mixed operations through rustdist {mach['rustdist']} "
+          f"({mach['rustdist_links']}), sampled every {soak.SAMPLE_EVERY} after a warm-up of "
+          f"{soak.WARMUP_OPS}; pass: last sample within {soak.RSS_TOLERANCE:.0%} RSS, equal fds "
+          "and threads, of the first")
+    samples_per_world = -(-args.soak_ops // soak.SAMPLE_EVERY) + 1
+    progress = Progress(samples_per_world * len(args.world))
+    results: dict[int, Any] = {}
+    failed = False
+    for world in args.world:
+        samples: list[dict[str, Any]] = []
+        by_ops: dict[int, dict[int, dict[str, Any]]] = {}
+        progress.print(f"\nworld {world}\n{soak.table_header(world)}")
+
+        def on_event(ev: dict[str, Any], world: int = world) -> None:
+            ev.pop("event")
+            samples.append(ev)
+            row = by_ops.setdefault(ev["ops"], {})
+            row[ev["rank"]] = ev
+            if ev["rank"] == 0:
+                progress.advance(label=f"world {world}: {ev['ops']} ops")
+            if len(row) == world:
+                progress.print(soak.table_row(ev["ops"], row))
+
+        _run(_config(args, world), on_event, progress)
+        problems = soak.verdict(samples)
+        failed = failed or bool(problems)
+        results[world] = {"passed": not problems, "problems": problems, "samples": samples}
+        progress.print("\n".join(problems) if problems else f"world {world}: passed")
+    progress.close()
+    _write_json(args.json, {"machine": mach, "mode": "soak",
+                            "config": {"worlds": args.world, "ops": args.soak_ops,
+                                       "sample_every": soak.SAMPLE_EVERY,
+                                       "warmup_ops": soak.WARMUP_OPS},
+                            "soak": results})
+    return 1 if failed else 0
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """Runs what the options ask for; the exit status (0: done and right)."""
+    args = parse_args(argv)
+    if args.show_selection:
+        try:
+            print(format_selection(selection_table(args.world, args.sizes)))
+        except RuntimeError as e:
+            sys.exit(f"--show-selection: {e}")
+        return 0
+    problem = (mpi_problem() if args.vs == "mpi" else None) or (
+        _cuda_problem(args.world) if args.mode == "cuda" else None)
+    if problem:
+        sys.exit(problem)
+    mach = machine()
+    if args.vs == "mpi":
+        mach["mpi"] = mpi_version()
+    return soak_run(args, mach) if args.mode == "soak" else compare(args, mach)
+
+
+def _cuda_problem(worlds: list[int]) -> Optional[str]:
+    from .gpu import cuda_problem
+
+    return cuda_problem(max(worlds))

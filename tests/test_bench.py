@@ -1,0 +1,289 @@
+"""``python -m rustdist.bench``: what can be checked fast and without timing. The selection
+table's formatting (on a fake engine table), the options, the collectives' expected values
+(against a numpy model of each collective), the plot writer, the progress bar, the launcher's
+event files and rank hook, the soak's verdict, and one real --quick run (results checked,
+times not)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+
+import rustdist._core as core  # noqa: E402
+from rustdist.bench import cli, launch, plot, selection, soak  # noqa: E402
+from rustdist.bench.common import (  # noqa: E402
+    OPS, SIZES, Config, expected, fmt_size, input_values, layout, parse_size,
+)
+from rustdist.bench.progress import Progress  # noqa: E402
+
+FAKE_TABLE = [
+    ("all_reduce", "shm", 2, 8, "recursive_doubling"),
+    ("all_reduce", "shm", 2, 4096, "recursive_doubling"),
+    ("all_reduce", "shm", 2, 1 << 20, "ring"),
+    ("all_reduce", "shm", 4, 8, "recursive_doubling"),
+    ("all_reduce", "shm", 4, 4096, "recursive_doubling"),
+    ("all_reduce", "shm", 4, 1 << 20, "ring"),
+    ("all_reduce", "tcp", 2, 8, "recursive_doubling"),
+    ("all_reduce", "tcp", 2, 4096, "ring"),
+    ("all_reduce", "tcp", 2, 1 << 20, "ring"),
+    ("broadcast", "hierarchical", 4, 8, "binomial_tree"),
+    ("broadcast", "hierarchical", 4, 1 << 20, "pipelined_chain"),
+]
+
+
+@pytest.mark.timeout(30)
+def test_selection_table_formatting() -> None:
+    text = selection.format_selection(FAKE_TABLE)
+    blocks = text.split("\n\n")
+    assert [b.splitlines()[0] for b in blocks] == ["all_reduce", "broadcast"]
+    head, rule, *rows = blocks[0].splitlines()[1:]
+    assert [c.strip() for c in head.split("|")] == [
+        "bytes", "shm world 2", "shm world 4", "tcp world 2"]
+    assert set(rule) <= {"-", "+"}
+    cells = [[c.strip() for c in r.split("|")] for r in rows]
+    # 8 B: the same algorithms everywhere; 4 KiB differs on tcp, so no range spans both.
+    assert cells == [
+        ["8 B", "recursive_doubling", "recursive_doubling", "recursive_doubling"],
+        ["4 KiB", "recursive_doubling", "recursive_doubling", "ring"],
+        ["1 MiB", "ring", "ring", "ring"],
+    ]
+    # Every line of a table has the same column boundaries.
+    assert len({line.index("|") for line in [head, *rows]}) == 1
+    bcast = blocks[1].splitlines()
+    assert "hierarchical world 4" in bcast[1]
+    assert [r.split("|")[0].strip() for r in bcast[3:]] == ["8 B", "1 MiB"]
+
+
+@pytest.mark.timeout(30)
+def test_selection_ranges_merge_equal_rows() -> None:
+    table = [("barrier", "shm", 2, s, "dissemination") for s in (8, 64, 512)]
+    lines = selection.format_selection(table).splitlines()
+    assert [c.strip() for c in lines[3].split("|")] == ["8 B .. 512 B", "dissemination"]
+    assert len(lines) == 4
+
+
+@pytest.mark.timeout(30)
+def test_show_selection_prints_the_engine_table(monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    asked = []
+
+    def fake(worlds: list[int], sizes: list[int]) -> list[tuple[str, str, int, int, str]]:
+        asked.append((worlds, sizes))
+        return FAKE_TABLE
+
+    monkeypatch.setattr(core, "selection_table", fake, raising=False)
+    assert cli.main(["--show-selection", "--world", "2", "4", "--max-bytes", "4K"]) == 0
+    assert asked == [([2, 4], [8, 64, 512, 4096])]
+    assert "pipelined_chain" in capsys.readouterr().out
+
+
+@pytest.mark.timeout(30)
+def test_missing_selection_table_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(core, "selection_table", raising=False)
+    with pytest.raises(RuntimeError, match=r"rustdist\._core\.selection_table"):
+        selection.selection_table([2], [8])
+    with pytest.raises(SystemExit, match="selection_table"):
+        cli.main(["--show-selection"])
+
+
+@pytest.mark.timeout(30)
+def test_options() -> None:
+    args = cli.parse_args([])
+    assert (args.mode, args.world, args.ops, args.sizes, args.vs) == (
+        "compare", [2, 4], list(OPS), SIZES, None)
+    args = cli.parse_args(["--world", "2", "--ops", "all_reduce", "--max-bytes", "4K",
+                           "--quick", "--vs", "mpi", "--json", "x.json"])
+    assert (args.world, args.ops, args.sizes, args.quick, args.vs, args.json) == (
+        [2], ["all_reduce"], (8, 64, 512, 4096), True, "mpi", "x.json")
+    assert cli.parse_args(["--device", "cuda"]).world == [1]
+    soak_args = cli.parse_args(["--soak", "--soak-ops", "20000"])
+    assert (soak_args.mode, soak_args.world, soak_args.soak_ops) == ("soak", [4], 20000)
+    assert cli.parse_args(["--soak"]).soak_ops == 100_000
+    assert cli._config(args, 2).rounds < cli._config(cli.parse_args([]), 2).rounds
+    for bad in (["--world", "1"], ["--world", "0"], ["--soak", "--vs", "mpi"],
+                ["--soak", "--device", "cuda"], ["--vs", "mpi", "--device", "cuda"],
+                ["--max-bytes", "4"], ["--ops", "gather"], ["--max-bytes", "lots"]):
+        with pytest.raises(SystemExit):
+            cli.parse_args(bad)
+
+
+@pytest.mark.timeout(30)
+def test_sizes() -> None:
+    assert [parse_size(t) for t in ("64M", "64MiB", "4k", "4KB", "8")] == [
+        64 << 20, 64 << 20, 4096, 4096, 8]
+    assert [fmt_size(n) for n in (8, 16, 4096, 64 << 20, 1536)] == [
+        "8 B", "16 B", "4 KiB", "64 MiB", "1536 B"]
+
+
+def _model(op: str, inputs: list[np.ndarray], world: int, chunk: int) -> list[np.ndarray]:
+    """Every rank's result of `op`, computed directly."""
+    if op == "all_reduce":
+        return [sum(inputs)] * world
+    if op == "broadcast":
+        return [inputs[0]] * world
+    if op == "all_gather":
+        return [np.concatenate(inputs)] * world
+    if op == "reduce_scatter":
+        return [sum(inputs)[r * chunk:(r + 1) * chunk] for r in range(world)]
+    return [np.concatenate([x[r * chunk:(r + 1) * chunk] for x in inputs]) for r in range(world)]
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("world", [2, 3, 4])
+@pytest.mark.parametrize("size", [8, 64, 4096])
+def test_expected_values_match_the_collective(op: str, world: int, size: int) -> None:
+    lay = layout(op, size, world)
+    inputs = [input_values(lay, r) for r in range(world)]
+    assert all(x.dtype == np.float32 and x.size == lay.n_in for x in inputs)
+    for rank, got in enumerate(_model(op, inputs, world, lay.chunk)):
+        where, want = expected(lay, rank)
+        assert where == ("in" if op in ("all_reduce", "broadcast") else "out")
+        assert want.size == (lay.n_in if where == "in" else lay.n_out)
+        np.testing.assert_array_equal(got, want)
+    # Sizes as nccl-tests: the whole tensor, in whole chunks of at least one element.
+    chunked = op in ("all_gather", "reduce_scatter", "all_to_all")
+    assert lay.nbytes == (4 * world * max(1, size // 4 // world) if chunked else size)
+
+
+def _fake_row(op: str, world: int, nbytes: int, us: float) -> dict[str, Any]:
+    peers = {name: {"correct": True, "us": us * k, "busbw_gbps": nbytes / (us * k) / 1e3}
+             for name, k in (("rustdist", 1), ("gloo", 20), ("mpi", 0.5))}
+    return {"op": op, "world": world, "bytes": nbytes, "peers": peers, "speedup": {}}
+
+
+@pytest.mark.timeout(60)
+def test_plot_writer(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason=plot.MISSING)
+    rows = [_fake_row(op, w, n, 10.0 + n / 1e3) for op in ("all_reduce", "broadcast")
+            for w in (2, 4) for n in (8, 4096, 1 << 20)]
+    rows[0]["peers"]["mpi"] = {"correct": False}  # a wrong side is left out of the lines
+    paths = plot.write_plots(rows, str(tmp_path / "r.json"), "test")
+    assert paths == [str(tmp_path / "r-all_reduce.png"), str(tmp_path / "r-broadcast.png")]
+    for p in paths:
+        with open(p, "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+        assert os.path.getsize(p) > 1000
+
+
+@pytest.mark.timeout(30)
+def test_progress_writes_plain_lines_off_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    err = io.StringIO()
+    bar = Progress(3, stream=err)
+    bar.update(label="world 2 all_reduce 8 B")
+    bar.print("a table row")
+    bar.advance()
+    bar.tick()
+    bar.update(label="world 2 all_reduce 64 B")
+    bar.close()
+    lines = err.getvalue().splitlines()
+    assert len(lines) == 2 and "\r" not in err.getvalue() and "\033" not in err.getvalue()
+    assert lines[0].startswith("progress 0/3") and lines[0].endswith("all_reduce 8 B")
+    assert lines[1].startswith("progress 1/3")
+    assert capsys.readouterr().out == "a table row\n"
+    half = Progress(2)
+    half.done = 1
+    assert half.text(60).startswith("[" + "#" * 20 + "." * 20 + "]")
+
+
+@pytest.mark.timeout(30)
+def test_follower_reads_only_complete_lines(tmp_path: Path) -> None:
+    follower = launch.Follower(str(tmp_path), 2)
+    assert follower.poll() == []
+    out = launch.Emitter(str(tmp_path), 1)
+    out.emit("row", op="all_reduce")
+    with open(tmp_path / "rank0.jsonl", "w", encoding="utf-8") as f:
+        f.write('{"event": "case", "rank": 0}\n{"event": "ha')
+    assert follower.poll() == [{"event": "case", "rank": 0},
+                               {"event": "row", "rank": 1, "op": "all_reduce"}]
+    with open(tmp_path / "rank0.jsonl", "a", encoding="utf-8") as f:
+        f.write('lf", "rank": 0}\n')
+    assert follower.poll() == [{"event": "half", "rank": 0}]
+    out.close()
+
+
+@pytest.mark.timeout(30)
+def test_soak_verdict() -> None:
+    def sample(rank: int, ops: int, rss: float, fds: int = 9, threads: int = 2,
+               correct: bool = True) -> dict[str, Any]:
+        return {"rank": rank, "ops": ops, "rss_mib": rss, "fds": fds, "threads": threads,
+                "correct": correct}
+
+    good = [sample(r, ops, 500 + ops / 10_000) for r in (0, 1) for ops in (0, 10_000, 20_000)]
+    assert soak.verdict(good) == []
+    bad = good + [sample(0, 30_000, 530), sample(1, 30_000, 500, fds=10, threads=3),
+                  sample(1, 40_000, 500, fds=10, threads=3, correct=False)]
+    problems = soak.verdict(bad)
+    assert any(p.startswith("rank 0: RSS grew 6.0%") for p in problems), problems
+    assert "rank 1: fds 9 -> 10" in problems and "rank 1: threads 2 -> 3" in problems
+    assert any("wrong all_reduce result at ops [40000]" in p for p in problems)
+
+
+@pytest.mark.timeout(30)
+def test_vs_mpi_without_mpirun_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(launch.shutil, "which", lambda name: None)
+    with pytest.raises(SystemExit, match="apt-get install openmpi-bin"):
+        cli.main(["--vs", "mpi", "--world", "2", "--quick"])
+
+
+@pytest.mark.timeout(60)
+def test_cuda_without_a_gpu_exits_cleanly() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    with pytest.raises(SystemExit, match="no CUDA device"):
+        cli.main(["--device", "cuda"])
+
+
+@pytest.mark.timeout(120)
+def test_ranks_start_through_a_replaceable_launcher() -> None:
+    """The hook for other launchers (network namespaces, say): run_world hands every rank's
+    command and environment to the launcher and follows the handles it returns."""
+    seen = []
+
+    def launcher(commands: Any, envs: Any) -> list[Any]:
+        seen.extend((list(c), e["RANK"], e["WORLD_SIZE"]) for c, e in zip(commands, envs))
+        return launch.start_ranks(commands, envs)
+
+    cfg = Config(mode="soak", world=2, ops=(), sizes=(), rounds=1, round_seconds=0.0,
+                 max_iters=1, mpi=False, master_addr="127.0.0.1",
+                 master_port=launch.free_port(), soak_ops=5)
+    events = launch.run_world(cfg, lambda ev: None, launcher=launcher)
+    assert [(s[1], s[2]) for s in seen] == [("0", "2"), ("1", "2")]
+    assert seen[0][0][-2:] == ["rustdist.bench.rank", seen[0][0][-1]]
+    assert sorted((e["rank"], e["ops"]) for e in events) == [(0, 0), (0, 5), (1, 0), (1, 5)]
+    assert all(e["correct"] for e in events)
+    assert soak.verdict(events) == []
+
+
+@pytest.mark.timeout(300)
+def test_quick_run_writes_checked_rows(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    p = subprocess.run([sys.executable, "-m", "rustdist.bench", "--world", "2", "--ops",
+                        "all_reduce", "--max-bytes", "4K", "--quick", "--json", str(out)],
+                       capture_output=True, text=True, timeout=280, cwd=tmp_path)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-6000:]
+    doc = json.loads(out.read_text())
+    assert doc["peers"] == ["rustdist", "gloo"]
+    rows = doc["results"]
+    assert [(r["op"], r["world"], r["bytes"]) for r in rows] == [
+        ("all_reduce", 2, n) for n in (8, 64, 512, 4096)]
+    for r in rows:
+        for peer in ("rustdist", "gloo"):
+            assert r["peers"][peer]["correct"] is True
+            assert r["peers"][peer]["us"] > 0 and len(r["peers"][peer]["rounds_us"]) == 5
+        assert r["speedup"]["vs_gloo"] > 0
+    assert [f["world"] for f in doc["front_door"]] == [2]
+    assert doc["summary"]["wrong"] == []
+    assert "world 2 · all_reduce (float32)" in p.stdout
