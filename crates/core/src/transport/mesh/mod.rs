@@ -1,0 +1,390 @@
+//! The mesh transport: one link to every peer (TCP, or shared memory for peers on this host) and
+//! one progress loop that drives all of them, plus the shared-memory workspace of the ranks on
+//! this host.
+//!
+//! Every call reads from every peer, so a peer that dies (EOF) or aborts is noticed by every rank
+//! at once, not only by its ring neighbours. Outgoing frames queue per peer and are written whole
+//! and in order, so a point-to-point send never interleaves with a collective's frame.
+//! Point-to-point operations are posted and complete whenever their bytes have moved, during any
+//! later call, so an `irecv` never blocks the collectives queued after it. Errors are sticky:
+//! once failed, the transport fails every pending and later operation.
+//!
+//! The parts: `link` (the byte pipes), `tx` (queued frames and writing them), `rx` (reading
+//! frames and matching them to receives), `p2p` (posted point-to-point operations),
+//! `progress` (the loop that moves bytes and waits), `shared` (waiting in the workspace).
+
+use std::collections::VecDeque;
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::cancel::Cancel;
+use crate::error::{Error, Result};
+use crate::store::Store;
+use crate::tensor::RawBuf;
+use crate::transport::frame::{abort_class, FrameKind, Header};
+use crate::transport::shm::{share_memory, ShmHost, ShmPipe};
+use crate::transport::tcp::connect_mesh;
+use crate::transport::workspace::Workspace;
+use crate::transport::{Op, OpCtx, P2pDone, SharedMemory, Transport};
+use crate::types::CollectiveKind;
+
+mod link;
+mod p2p;
+mod progress;
+mod rx;
+mod shared;
+mod tx;
+
+use link::Connection;
+use p2p::PostedRecv;
+use progress::PUMP_NAP;
+use rx::{Frame, Rx, StepRecv, RX_IDLE};
+use tx::OutFrame;
+
+struct Peer {
+    link: Connection,
+    rx: Rx,
+    txq: VecDeque<OutFrame>,
+    /// Frames ever queued: the next frame's ticket.
+    queued: u64,
+    /// Collective frames received ahead of their receive (FIFO per peer).
+    collective: VecDeque<Frame>,
+    /// Tagged frames waiting for a matching receive.
+    tagged: VecDeque<Frame>,
+    /// Set once the peer said goodbye; its EOF is then not a failure.
+    left: bool,
+    closed: bool,
+    /// Scratch for `RecvReduce`: incoming bytes before they are reduced into place.
+    scratch: Vec<u8>,
+}
+
+impl Peer {
+    fn new(sock: TcpStream, shm: Option<ShmPipe>) -> Result<Peer> {
+        Ok(Peer {
+            link: Connection::new(sock, shm)?,
+            rx: RX_IDLE,
+            txq: VecDeque::new(),
+            queued: 0,
+            collective: VecDeque::new(),
+            tagged: VecDeque::new(),
+            left: false,
+            closed: false,
+            scratch: Vec::new(),
+        })
+    }
+}
+
+/// The mesh transport of one group.
+pub struct MeshTransport {
+    rank: usize,
+    size: usize,
+    group: u32,
+    peers: Vec<Option<Peer>>,
+    /// Collective sequence number of the current message counters.
+    seq: u64,
+    sent_steps: Vec<u32>,
+    recv_steps: Vec<u32>,
+    posted: Vec<PostedRecv>,
+    next_id: u64,
+    /// Tagged messages this rank sent to itself, waiting for a matching receive.
+    own_tagged: VecDeque<Frame>,
+    failed: Option<Error>,
+    /// The group's abort signal, polled while waiting.
+    cancel: Arc<Cancel>,
+    /// Host index of every rank (ranks of a host share memory).
+    host_of: Vec<usize>,
+    /// The workspace of the ranks on this host, when there are several.
+    ws: Option<Workspace>,
+    /// The collective the workspace was last told about.
+    ws_seq: u64,
+    /// More local ranks than CPUs: waiting ranks yield at once instead of spinning.
+    oversubscribed: bool,
+    /// Shared memory with the peers on this host; after `peers` and `ws`, so the pipes and
+    /// the workspace go first.
+    host: Option<ShmHost>,
+}
+
+impl MeshTransport {
+    /// Joins the mesh of group `group` (rendezvous keys under `prefix` in `store`) within
+    /// `timeout`: TCP to every peer, and shared memory to those on this host when
+    /// `shared_memory` (every rank must pass the same). Waits stop once `cancel` is raised.
+    #[allow(clippy::too_many_arguments)]
+    pub fn connect(
+        store: Arc<dyn Store>,
+        prefix: &str,
+        rank: usize,
+        size: usize,
+        group: u32,
+        timeout: Duration,
+        shared_memory: bool,
+        cancel: Arc<Cancel>,
+    ) -> Result<MeshTransport> {
+        if size == 0 || rank >= size {
+            return Err(Error::invalid(format!(
+                "rank {rank} is out of range for a group of size {size}"
+            )));
+        }
+        let deadline = Instant::now() + timeout;
+        let socks = connect_mesh(&*store, prefix, rank, size, group, deadline)?;
+        let (host, host_of) = if shared_memory {
+            share_memory(&*store, prefix, rank, size, group, deadline)?
+        } else {
+            (None, (0..size).collect())
+        };
+        let ws = host
+            .as_ref()
+            .map(|h| h.workspace(rank))
+            .filter(|w| w.local_size() > 1);
+        let peers = socks
+            .into_iter()
+            .enumerate()
+            .map(|(p, sock)| {
+                sock.map(|s| Peer::new(s, host.as_ref().and_then(|h| h.pipe(rank, p))))
+                    .transpose()
+            })
+            .collect::<Result<_>>()?;
+        Ok(MeshTransport {
+            rank,
+            size,
+            group,
+            peers,
+            seq: u64::MAX,
+            sent_steps: vec![0; size],
+            recv_steps: vec![0; size],
+            posted: Vec::new(),
+            next_id: 0,
+            own_tagged: VecDeque::new(),
+            failed: None,
+            cancel,
+            host_of,
+            oversubscribed: ws.as_ref().is_some_and(|w| {
+                std::thread::available_parallelism().map_or(1, |n| n.get()) < w.local_size()
+            }),
+            ws,
+            ws_seq: u64::MAX,
+            host,
+        })
+    }
+
+    fn peer(&mut self, p: usize) -> Result<&mut Peer> {
+        let size = self.size;
+        self.peers
+            .get_mut(p)
+            .and_then(|x| x.as_mut())
+            .ok_or_else(|| {
+                Error::invalid(format!("rank {p} is not a peer in a group of size {size}"))
+            })
+    }
+
+    /// Makes `e` the transport's sticky error and fails every pending point-to-point operation
+    /// (dropping queued frames, whose borrowed payloads must not be touched after this).
+    fn fail(&mut self, e: Error) -> Error {
+        if self.failed.is_none() {
+            self.failed = Some(e.clone());
+        }
+        let mut dones = Vec::new();
+        for peer in self.peers.iter_mut().flatten() {
+            dones.extend(peer.txq.drain(..).filter_map(|f| f.done.map(|(d, _)| d)));
+        }
+        dones.extend(self.posted.drain(..).filter_map(|r| r.done));
+        for done in dones {
+            done(Err(e.clone()));
+        }
+        e
+    }
+
+    fn check_failed(&self) -> Result<()> {
+        match &self.failed {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+
+    /// Restarts the per-peer message counters when a new collective begins.
+    fn enter(&mut self, seq: u64) {
+        if self.seq != seq {
+            self.seq = seq;
+            self.sent_steps.iter_mut().for_each(|s| *s = 0);
+            self.recv_steps.iter_mut().for_each(|s| *s = 0);
+        }
+    }
+}
+
+impl Transport for MeshTransport {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.size
+    }
+
+    fn host_of(&self) -> &[usize] {
+        &self.host_of
+    }
+
+    fn shared(&mut self) -> Option<&mut dyn SharedMemory> {
+        if self.ws.is_some() {
+            Some(self)
+        } else {
+            None
+        }
+    }
+
+    fn exchange(&mut self, ctx: &OpCtx, ops: &mut [Op<'_>]) -> Result<()> {
+        self.check_failed()?;
+        self.enter(ctx.seq);
+        let mut tickets: Vec<(usize, u64)> = Vec::new();
+        let mut recvs = Vec::new();
+        for op in ops.iter_mut() {
+            let (peer, buf, reduce) = match op {
+                Op::Send { peer, data } => {
+                    let step = self.sent_steps[*peer];
+                    self.sent_steps[*peer] += 1;
+                    let frame = OutFrame {
+                        header: Header::collective(self.group, ctx, step, data.len()).encode(),
+                        // SAFETY: `data` outlives this call, which returns only once the frame
+                        // is flushed or the transport failed (which drops the frame).
+                        data: unsafe { RawBuf::new(data.as_ptr() as *mut u8, data.len()) },
+                        off: 0,
+                        ticket: 0,
+                        done: None,
+                    };
+                    tickets.push((*peer, self.queue(*peer, frame)?));
+                    continue;
+                }
+                Op::Recv { peer, buf } => (*peer, &mut **buf, false),
+                Op::RecvReduce { peer, buf } => (*peer, &mut **buf, true),
+            };
+            self.peer(peer)?;
+            let step = self.recv_steps[peer];
+            self.recv_steps[peer] += 1;
+            recvs.push(StepRecv {
+                peer,
+                step,
+                buf,
+                reduce,
+                started: false,
+                got: 0,
+                reduced: 0,
+                done: false,
+            });
+        }
+        let finished = |t: &MeshTransport, recvs: &[StepRecv<'_>]| {
+            recvs.iter().all(|r| r.done) && tickets.iter().all(|&(p, ticket)| t.flushed(p, ticket))
+        };
+        self.progress(Some(ctx), &mut recvs, &finished, ctx.deadline, None)
+    }
+
+    fn post_send(&mut self, peer: usize, tag: i64, data: RawBuf, deadline: Instant, done: P2pDone) {
+        let valid = if peer == self.rank {
+            Ok(())
+        } else {
+            self.peer(peer).map(|_| ())
+        };
+        if let Err(e) = self.check_failed().and(valid) {
+            return done(Err(e));
+        }
+        let header = Header {
+            kind: FrameKind::Tagged,
+            coll: CollectiveKind::SendRecv as u8,
+            dtype: 0,
+            op: 0,
+            group: self.group,
+            step: 0,
+            seq: tag as u64,
+            count: data.len() as u64,
+            len: data.len() as u64,
+        }
+        .encode();
+        if peer == self.rank {
+            // To itself: a copy waits in the own stash, so the send completes at once.
+            let Ok(hdr) = Header::decode(&header, peer) else {
+                return done(Err(Error::Runtime("bad frame header".into())));
+            };
+            // SAFETY: the caller keeps `data` alive until `done` runs, which is right here.
+            let payload = unsafe { data.as_slice() }.to_vec();
+            self.own_tagged.push_back(Frame { hdr, payload });
+            done(Ok(peer));
+            let waiting = self
+                .posted
+                .iter()
+                .find(|r| r.tag == hdr.seq && r.from.is_none() && r.src.is_none_or(|s| s == peer))
+                .map(|r| r.id);
+            if let Some(id) = waiting {
+                self.match_posted_from_stash(id);
+            }
+            return;
+        }
+        let frame = OutFrame {
+            header,
+            data,
+            off: 0,
+            ticket: 0,
+            done: Some((done, deadline)),
+        };
+        if let Err(e) = self.queue(peer, frame) {
+            self.fail(e);
+        }
+    }
+
+    fn post_recv(
+        &mut self,
+        src: Option<usize>,
+        tag: i64,
+        buf: RawBuf,
+        deadline: Instant,
+        done: P2pDone,
+    ) {
+        let valid = match src {
+            Some(s) if s != self.rank => self.peer(s).map(|_| ()),
+            _ => Ok(()),
+        };
+        if let Err(e) = self.check_failed().and(valid) {
+            return done(Err(e));
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        self.posted.push(PostedRecv {
+            id,
+            src,
+            tag: tag as u64,
+            buf,
+            got: 0,
+            from: None,
+            deadline,
+            done: Some(done),
+        });
+        self.match_posted_from_stash(id);
+    }
+
+    fn has_pending(&self) -> bool {
+        self.has_pending_p2p()
+    }
+
+    fn pump(&mut self, interrupt: &dyn Fn() -> bool) -> Result<()> {
+        self.check_failed()?;
+        let finished = |t: &MeshTransport, _: &[StepRecv<'_>]| !t.has_pending_p2p() || interrupt();
+        let far = Instant::now() + Duration::from_secs(3600);
+        self.progress(None, &mut [], &finished, far, Some(PUMP_NAP))
+    }
+
+    fn abort(&mut self, reason: &str) {
+        let class = self.failed.as_ref().map_or(2, abort_class);
+        self.send_control(FrameKind::Abort, class, reason.as_bytes());
+        if self.failed.is_none() {
+            self.fail(Error::backend(reason.to_string()));
+        }
+    }
+
+    fn shutdown(&mut self) {
+        if self.failed.is_none() {
+            self.send_control(FrameKind::Goodbye, 0, &[]);
+        }
+        for peer in self.peers.iter_mut().flatten() {
+            let _ = peer.link.sock.shutdown(std::net::Shutdown::Both);
+            peer.closed = true;
+        }
+    }
+}

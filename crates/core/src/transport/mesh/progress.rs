@@ -1,0 +1,171 @@
+//! The progress loop: writes queued frames, reads every peer, serves receives, and between
+//! rounds without progress spins briefly, then sleeps (poll(2) on the sockets, or the
+//! shared-memory doorbell in short naps), noticing aborts, dead peers and deadlines.
+
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use super::rx::StepRecv;
+use super::MeshTransport;
+use crate::error::{Error, Result};
+use crate::interrupt;
+use crate::spin::Spin;
+use crate::transport::tcp::{poll_fds, pollfd};
+use crate::transport::{remaining, OpCtx};
+
+/// Longest sleep of an idle pump, so that new work queued behind posted receives starts soon.
+pub(super) const PUMP_NAP: Duration = Duration::from_micros(200);
+
+impl MeshTransport {
+    /// The progress loop: writes every queued frame, fills `recvs`, serves posted receives,
+    /// reading every peer all the while, until `finished` says so, a peer fails, or `deadline`.
+    /// Between rounds without progress it spins briefly, then sleeps (at most `nap` if given).
+    pub(super) fn progress(
+        &mut self,
+        ctx: Option<&OpCtx>,
+        recvs: &mut [StepRecv<'_>],
+        finished: &dyn Fn(&MeshTransport, &[StepRecv<'_>]) -> bool,
+        deadline: Instant,
+        nap: Option<Duration>,
+    ) -> Result<()> {
+        for i in 0..recvs.len() {
+            self.match_stashed(ctx, recvs, i)?;
+        }
+        let mut spin = Spin::new();
+        loop {
+            let mut moved = false;
+            for p in 0..self.size {
+                if p != self.rank {
+                    moved |= self.flush_peer(p)?;
+                    moved |= self.read_peer(p, ctx, recvs)?;
+                }
+            }
+            self.expire_p2p();
+            if finished(self, recvs) {
+                return Ok(());
+            }
+            self.check_needed_peers(recvs)?;
+            if let Err(e) = self.cancel.check() {
+                return Err(self.fail(e));
+            }
+            interrupt::check()?;
+            if moved {
+                spin = Spin::new();
+                continue;
+            }
+            if spin.again() {
+                continue;
+            }
+            let Some(left) = remaining(deadline) else {
+                let what = match ctx {
+                    Some(c) => format!("{} (collective #{})", c.sig.kind.name(), c.seq),
+                    None => "point-to-point operation".to_string(),
+                };
+                return Err(self.fail(Error::backend(format!(
+                    "rank {}: {what} timed out waiting for its peers",
+                    self.rank
+                ))));
+            };
+            // Capped so that an abort is noticed while blocked.
+            let wait = nap.map_or(left, |n| n.min(left)).min(interrupt::POLL);
+            self.block(wait)?;
+            if nap.is_some() {
+                return Ok(());
+            }
+            spin = Spin::new();
+        }
+    }
+
+    /// Sleeps until a peer may have made progress possible, or `left` passes: poll(2) on the
+    /// sockets, or the shared-memory doorbell (in short naps, checking that peers are alive).
+    pub(super) fn block(&mut self, left: Duration) -> Result<()> {
+        if let Some(host) = &self.host {
+            let all_shm = self.peers.iter().flatten().all(|p| p.link.in_memory());
+            let nap = left.min(Duration::from_millis(if all_shm { 5 } else { 1 }));
+            let peers = &self.peers;
+            host.sleep(nap, || {
+                peers.iter().flatten().any(|peer| {
+                    peer.link.in_memory()
+                        && (peer.link.has_data() || (!peer.txq.is_empty() && peer.link.has_space()))
+                })
+            });
+            for p in 0..self.size {
+                let Some(peer) = self.peers[p].as_mut() else {
+                    continue;
+                };
+                // Unread bytes (perhaps a goodbye) come first; the socket's EOF is only news
+                // once the pipe is drained.
+                let drained = peer.link.in_memory() && !peer.link.has_data();
+                if drained && !peer.closed && !peer.link.alive() {
+                    peer.closed = true;
+                    if !peer.left {
+                        let rank = self.rank;
+                        return Err(self.fail(Error::network(format!(
+                            "rank {p} closed its connection to rank {rank} unexpectedly; it probably died"
+                        ))));
+                    }
+                }
+            }
+            return Ok(());
+        }
+        let mut fds: Vec<libc::pollfd> = Vec::with_capacity(self.size);
+        for peer in self.peers.iter().flatten() {
+            if peer.closed {
+                continue;
+            }
+            let events = if peer.txq.is_empty() {
+                libc::POLLIN
+            } else {
+                libc::POLLIN | libc::POLLOUT
+            };
+            fds.push(pollfd(peer.link.sock.as_raw_fd(), events));
+        }
+        poll_fds(&mut fds, left);
+        Ok(())
+    }
+
+    /// Errors when an operation still needs a peer that has left.
+    pub(super) fn check_needed_peers(&mut self, recvs: &[StepRecv<'_>]) -> Result<()> {
+        let gone = |p: usize| self.peers[p].as_ref().is_some_and(|x| x.closed);
+        let stuck = recvs
+            .iter()
+            .filter(|r| !r.done)
+            .map(|r| r.peer)
+            .chain(self.posted.iter().filter_map(|r| r.src))
+            .chain(
+                self.peers
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, x)| x.as_ref().is_some_and(|x| !x.txq.is_empty()))
+                    .map(|(p, _)| p),
+            )
+            .find(|&p| gone(p));
+        if let Some(p) = stuck {
+            let rank = self.rank;
+            return Err(self.fail(Error::network(format!(
+                "rank {p} has left the group (it destroyed its process group or exited) while rank {rank} still needs it"
+            ))));
+        }
+        Ok(())
+    }
+
+    /// Fails when a peer on this host has closed its connection (it died).
+    pub(super) fn check_alive(&mut self) -> Result<()> {
+        for p in 0..self.size {
+            let Some(peer) = self.peers[p].as_mut() else {
+                continue;
+            };
+            let drained = peer.link.in_memory() && !peer.link.has_data();
+            if drained && !peer.closed && !peer.link.alive() {
+                peer.closed = true;
+                if !peer.left {
+                    let rank = self.rank;
+                    return Err(self.fail(Error::network(format!(
+                        "rank {p} closed its connection to rank {rank} unexpectedly; it probably died"
+                    ))));
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,231 @@
+//! Waiting in the shared-memory workspace (the protocol is in `workspace.rs`): a short busy
+//! poll, then yielding while the links are serviced (aborts, dead peers, point-to-point
+//! traffic), then sleeping on the doorbell, until the step arrives or the deadline passes.
+
+use std::time::Duration;
+
+use super::MeshTransport;
+use crate::error::{Error, Result};
+use crate::interrupt;
+use crate::spin::Spin;
+use crate::transport::frame::{signature_diff, Codes};
+use crate::transport::workspace::{unpacked, Arrival, Workspace};
+use crate::transport::{remaining, OpCtx, Peers, SharedMemory};
+
+/// Rounds of busy polling (with a pause) before a workspace wait starts servicing links and
+/// yielding: a peer on another core answers within a few hundred nanoseconds.
+const WS_SPIN: u32 = 2000;
+/// Longest sleep on the doorbell before links and peers are checked again.
+const WS_NAP: Duration = Duration::from_millis(5);
+
+impl MeshTransport {
+    /// Announces collective `ctx` in the workspace on its first use.
+    pub(super) fn ws_begin(&mut self, ctx: &OpCtx) -> Result<&mut Workspace> {
+        let Some(ws) = self.ws.as_mut() else {
+            return Err(Error::Runtime(
+                "this group has no shared-memory workspace".into(),
+            ));
+        };
+        if self.ws_seq != ctx.seq {
+            ws.begin(ctx.seq, &ctx.sig);
+            self.ws_seq = ctx.seq;
+        }
+        Ok(ws)
+    }
+
+    /// Waits until `ready` holds for the workspace: a short busy poll, then (servicing the
+    /// links for aborts, dead peers and point-to-point traffic) yielding, then sleeping on
+    /// the doorbell in short naps, until `ctx`'s deadline.
+    pub(super) fn ws_await(
+        &mut self,
+        ctx: &OpCtx,
+        waited: Peers<'_>,
+        ready: &mut dyn FnMut(&mut Workspace) -> bool,
+    ) -> Result<()> {
+        let busy_poll = !self.oversubscribed;
+        let ws = self.ws_begin(ctx)?;
+        if ready(ws) {
+            return Ok(());
+        }
+        if busy_poll {
+            for _ in 0..WS_SPIN {
+                std::hint::spin_loop();
+                if ready(ws) {
+                    return Ok(());
+                }
+            }
+        }
+        let mut spin = Spin::new();
+        loop {
+            for p in 0..self.size {
+                if p != self.rank {
+                    self.flush_peer(p)?;
+                    self.read_peer(p, Some(ctx), &mut [])?;
+                }
+            }
+            self.check_needed_peers(&[])?;
+            if let Err(e) = self.cancel.check() {
+                return Err(self.fail(e));
+            }
+            interrupt::check()?;
+            self.ws_check_peers(ctx, waited)?;
+            let Some(ws) = self.ws.as_mut() else {
+                return Ok(());
+            };
+            if ready(ws) {
+                return Ok(());
+            }
+            if spin.again() {
+                continue;
+            }
+            let Some(left) = remaining(ctx.deadline) else {
+                return Err(self.fail(self.timed_out(ctx, waited)));
+            };
+            if let (Some(host), Some(ws)) = (&self.host, self.ws.as_mut()) {
+                host.sleep(left.min(WS_NAP), || ready(ws));
+            }
+            self.check_alive()?;
+            if let Some(ws) = self.ws.as_mut() {
+                if ready(ws) {
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// Fails when a waited-for local peer announced a different collective at this
+    /// sequence number (it publishes on another kind's flags, so it never arrives here).
+    pub(super) fn ws_check_peers(&mut self, ctx: &OpCtx, waited: Peers<'_>) -> Result<()> {
+        let Some(ws) = self.ws.as_ref() else {
+            return Ok(());
+        };
+        let differing = waited_ranks(ws, waited).find(|&p| {
+            let a = ws.announced(p);
+            a.seq == ctx.seq && Workspace::differs(&ctx.sig, &a)
+        });
+        match differing {
+            Some(p) => Err(self.ws_mismatch(ctx, p)),
+            None => Ok(()),
+        }
+    }
+
+    /// Fails the transport with a mismatch between this rank and local rank `p`, described
+    /// from `p`'s announce line.
+    pub(super) fn ws_mismatch(&mut self, ctx: &OpCtx, p: usize) -> Error {
+        let Some(ws) = self.ws.as_ref() else {
+            return Error::backend("workspace mismatch without a workspace");
+        };
+        let a = ws.announced(p);
+        let (kind, dtype, op) = unpacked(a.sig);
+        let theirs = Codes {
+            kind,
+            dtype,
+            op,
+            count: a.count,
+        };
+        let diff = signature_diff(&ctx.sig, theirs)
+            .unwrap_or_else(|| "the ranks' steps differ (RUSTDIST_ALGO set differently?)".into());
+        let e = Error::backend(format!(
+            "{} mismatch between ranks: {diff} (rank {} vs rank {}, collective #{})",
+            ctx.sig.kind.name(),
+            self.rank,
+            ws.group_ranks()[p],
+            ctx.seq
+        ));
+        self.fail(e)
+    }
+
+    /// The timeout of a workspace wait, naming the ranks that did not arrive.
+    pub(super) fn timed_out(&self, ctx: &OpCtx, waited: Peers<'_>) -> Error {
+        let missing: Vec<String> = self.ws.as_ref().map_or_else(Vec::new, |ws| {
+            waited_ranks(ws, waited)
+                .filter(|&p| ws.announced(p).seq < ctx.seq || !ws.peek_arrived(p))
+                .map(|p| ws.group_ranks()[p].to_string())
+                .collect()
+        });
+        Error::backend(format!(
+            "rank {}: {} (collective #{}) Timed out waiting for rank(s) {}",
+            self.rank,
+            ctx.sig.kind.name(),
+            ctx.seq,
+            missing.join(", ")
+        ))
+    }
+}
+
+/// The local ranks `waited` names, this rank excluded.
+fn waited_ranks<'a>(ws: &'a Workspace, waited: Peers<'a>) -> impl Iterator<Item = usize> + 'a {
+    let me = ws.local_rank();
+    let all = 0..ws.local_size();
+    let only: &[usize] = match waited {
+        Peers::All => &[],
+        Peers::Only(list) => list,
+    };
+    all.filter(move |&p| p != me && (matches!(waited, Peers::All) || only.contains(&p)))
+}
+
+impl SharedMemory for MeshTransport {
+    fn local_rank(&self) -> usize {
+        self.ws.as_ref().map_or(0, Workspace::local_rank)
+    }
+
+    fn local_size(&self) -> usize {
+        self.ws.as_ref().map_or(1, Workspace::local_size)
+    }
+
+    fn group_rank(&self, local: usize) -> usize {
+        self.ws
+            .as_ref()
+            .map_or(self.rank, |ws| ws.group_ranks()[local])
+    }
+
+    fn prepare(&mut self, ctx: &OpCtx) -> Result<&mut [u8]> {
+        self.ws_await(ctx, Peers::All, &mut |ws| ws.may_write())?;
+        match self.ws.as_mut() {
+            Some(ws) => Ok(ws.next_slot()),
+            None => Err(Error::Runtime(
+                "this group has no shared-memory workspace".into(),
+            )),
+        }
+    }
+
+    fn publish(&mut self, inline: &[u8]) {
+        if let Some(ws) = self.ws.as_mut() {
+            ws.publish(inline);
+            if let Some(host) = &self.host {
+                host.wake(ws.group_ranks(), self.rank);
+            }
+        }
+    }
+
+    fn wait(&mut self, ctx: &OpCtx, peers: Peers<'_>) -> Result<()> {
+        let mut differing = None;
+        self.ws_await(ctx, peers, &mut |ws| {
+            let (me, n) = (ws.local_rank(), ws.local_size());
+            let mut check = |p: usize| match ws.arrived(p) {
+                Arrival::Pending => false,
+                Arrival::Arrived => true,
+                Arrival::Mismatch => {
+                    differing = Some(p);
+                    true
+                }
+            };
+            match peers {
+                Peers::All => (0..n).all(|p| p == me || check(p)),
+                Peers::Only(list) => list.iter().all(|&p| p == me || check(p)),
+            }
+        })?;
+        match differing {
+            Some(p) => Err(self.ws_mismatch(ctx, p)),
+            None => Ok(()),
+        }
+    }
+
+    fn inline(&self, local: usize, len: usize) -> &[u8] {
+        self.ws.as_ref().map_or(&[], |ws| ws.inline(local, len))
+    }
+
+    fn slot(&self, local: usize) -> &[u8] {
+        self.ws.as_ref().map_or(&[], |ws| ws.slot(local))
+    }
+}

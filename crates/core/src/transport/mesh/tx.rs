@@ -1,0 +1,122 @@
+//! Frames queued for peers and writing them: whole and in order per peer, so a point-to-point
+//! send never interleaves with a collective's frame.
+
+use std::io::{self, IoSlice};
+use std::time::{Duration, Instant};
+
+use super::MeshTransport;
+use crate::error::{Error, Result};
+use crate::tensor::RawBuf;
+use crate::transport::frame::{FrameKind, Header, HEADER_LEN};
+use crate::transport::P2pDone;
+
+/// A frame queued for a peer. The payload is borrowed from the caller, who keeps it alive until
+/// the frame is flushed (a collective step waits for that; a posted send's Work holds it).
+pub(super) struct OutFrame {
+    pub(super) header: [u8; HEADER_LEN],
+    pub(super) data: RawBuf,
+    pub(super) off: usize,
+    /// Identifies the frame to the step waiting for it.
+    pub(super) ticket: u64,
+    /// Completion of a point-to-point send, with its deadline.
+    pub(super) done: Option<(P2pDone, Instant)>,
+}
+
+impl MeshTransport {
+    /// Queues a frame for `p`; returns its ticket (flushed once no queued frame has it).
+    pub(super) fn queue(&mut self, p: usize, mut frame: OutFrame) -> Result<u64> {
+        let peer = self.peer(p)?;
+        peer.queued += 1;
+        frame.ticket = peer.queued;
+        peer.txq.push_back(frame);
+        Ok(peer.queued)
+    }
+
+    pub(super) fn flushed(&self, p: usize, ticket: u64) -> bool {
+        self.peers[p]
+            .as_ref()
+            .is_some_and(|x| !x.txq.iter().any(|f| f.ticket == ticket))
+    }
+
+    /// Writes queued frames to `p` as far as its link takes them.
+    pub(super) fn flush_peer(&mut self, p: usize) -> Result<bool> {
+        let mut moved = false;
+        loop {
+            let peer = self.peer(p)?;
+            let Some(f) = peer.txq.front_mut() else {
+                return Ok(moved);
+            };
+            // SAFETY: the frame's owner keeps the payload alive until it is flushed (see
+            // OutFrame); frames of a failed transport are dropped before their owners return.
+            let data = unsafe { f.data.as_slice() };
+            let res = if f.off < HEADER_LEN {
+                peer.link
+                    .write_vectored(&[IoSlice::new(&f.header[f.off..]), IoSlice::new(data)])
+            } else {
+                peer.link
+                    .write_vectored(&[IoSlice::new(&data[f.off - HEADER_LEN..])])
+            };
+            match res {
+                Ok(0) if f.off < HEADER_LEN + data.len() => {
+                    return Err(self.fail(Error::network(format!(
+                        "connection to rank {p} closed while sending"
+                    ))))
+                }
+                Ok(n) => {
+                    f.off += n;
+                    moved = true;
+                    if f.off == HEADER_LEN + data.len() {
+                        let done = peer.txq.pop_front().and_then(|f| f.done);
+                        if let Some((done, _)) = done {
+                            done(Ok(p));
+                        }
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(moved),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    return Err(self.fail(Error::network(format!(
+                        "rank {p} is unreachable (sending failed: {e}); it probably died"
+                    ))))
+                }
+            }
+        }
+    }
+
+    pub(super) fn send_control(&mut self, kind: FrameKind, class: u8, payload: &[u8]) {
+        let hdr = Header {
+            kind,
+            coll: class,
+            dtype: 0,
+            op: 0,
+            group: self.group,
+            step: 0,
+            seq: 0,
+            count: 0,
+            len: payload.len() as u64,
+        }
+        .encode();
+        let deadline = Instant::now() + Duration::from_millis(200);
+        for peer in self.peers.iter_mut().flatten() {
+            if peer.closed {
+                continue;
+            }
+            // Best effort: a peer that does not drain its link in time gets no notice and
+            // finds out from the closed connection instead.
+            let mut frame = hdr.to_vec();
+            frame.extend_from_slice(payload);
+            let mut off = 0;
+            while off < frame.len() && Instant::now() < deadline {
+                match peer.link.write_vectored(&[IoSlice::new(&frame[off..])]) {
+                    Ok(0) => break,
+                    Ok(n) => off += n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => break,
+                }
+            }
+        }
+    }
+}
