@@ -67,6 +67,13 @@ def _root(opts: Any) -> int:
     return opts.rootRank
 
 
+def _async(opts: Any) -> bool:
+    """Whether the caller may overlap the operation: torch's Python API says so in
+    ``asyncOp`` (False: it waits at once, so the operation runs right away on the calling
+    thread); C++ callers (DDP, functional collectives) leave the default, True."""
+    return getattr(opts, "asyncOp", True)
+
+
 if torch is None:
 
     class GroupBase:
@@ -168,8 +175,10 @@ else:
             super().__init__(rank, size)
             self._td_name: Optional[str] = None
             self._td_desc = ""
+            self._done: Optional[RustdistWork] = None
 
         def _work(self, works: list[Any], outputs: list[Tensor]) -> RustdistWork:
+            """The Work torch gets for rustdist Works ``works`` (one op, or coalesced ones)."""
             if len(works) == 1:
                 combined = works[0]
             else:
@@ -179,6 +188,14 @@ else:
             _private.keep_for_functional_collectives(work, outputs)
             _private.register_inflight_outputs(work, outputs)
             return work
+
+        def _completed(self) -> RustdistWork:
+            """The Work of an operation that has run already (one per group, reused: torch's
+            synchronous API only waits on it and drops it)."""
+            if self._done is None:
+                api = _api()
+                self._done = RustdistWork(api.Work(api._Works([]), []), [])
+            return self._done
 
         # -- identity ---------------------------------------------------------------------
 
@@ -237,6 +254,10 @@ else:
             if isinstance(tensors, Tensor):
                 tensors = [tensors]
             api = _api()
+            if not _async(opts):
+                for t in tensors:
+                    api.all_reduce(t, op=op, group=self)
+                return self._completed()
             works = [api.all_reduce(t, op=op, group=self, async_op=True) for t in tensors]
             return self._work(works, list(tensors))
 
@@ -249,6 +270,10 @@ else:
                 tensors = [tensors]
             api = _api()
             root = _root(opts)
+            if not _async(opts):
+                for t in tensors:
+                    api.broadcast(t, group=self, group_src=root)
+                return self._completed()
             works = [api.broadcast(t, group=self, async_op=True, group_src=root) for t in tensors]
             return self._work(works, list(tensors))
 
@@ -280,6 +305,9 @@ else:
         def _allgather_base(self, output: Tensor, input: Tensor,  # noqa: A002
                             opts: Any = None) -> RustdistWork:
             """all_gather_into_tensor: ``output`` holds every rank's ``input`` in rank order."""
+            if not _async(opts):
+                _api().all_gather_into_tensor(output, input, group=self)
+                return self._completed()
             work = _api().all_gather_into_tensor(output, input, group=self, async_op=True)
             return self._work([work], [output])
 
@@ -312,6 +340,9 @@ else:
                                  opts: Any = None) -> RustdistWork:
             """reduce_scatter_tensor: rank r gets the reduction of block r of ``input``."""
             op = _op(opts) if opts is not None else _td.ReduceOp.SUM
+            if not _async(opts):
+                _api().reduce_scatter_tensor(output, input, op=op, group=self)
+                return self._completed()
             work = _api().reduce_scatter_tensor(output, input, op=op, group=self, async_op=True)
             return self._work([work], [output])
 
@@ -369,6 +400,9 @@ else:
         @_not_traced
         def barrier(self, opts: Any = None) -> RustdistWork:
             """A barrier over the group (device ids in ``opts`` are ignored: CPU only)."""
+            if not _async(opts):
+                _api().barrier(group=self)
+                return self._completed()
             return self._work([_api().barrier(group=self, async_op=True)], [])
 
         @_not_traced

@@ -973,7 +973,12 @@ def _cuda_reduce_args(op: Any, tensor: Any, name: str) -> tuple[int, Optional[fl
     return _reduce_args(op, _TORCH_CODES[tensor.dtype], name)
 
 
+_SUM = ReduceOp.SUM
+
+
 def _reduce_args(op: Any, code: int, name: str) -> tuple[int, Optional[float]]:
+    if op is _SUM:  # the default, on the hot path: defined for every dtype
+        return 0, None
     opc, premul = op_args(op)
     if code in COMPLEX_CODES and not supports_complex(opc):
         raise ValueError(f"{name} does not support {op} on complex tensors")
