@@ -16,16 +16,20 @@ backend (the expectations stay gloo's where a case branches on the mode).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import multiprocessing
 import multiprocessing.connection
 import os
+import signal
 import socket
+import subprocess
 import tempfile
 import time
 import traceback
+import uuid
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import pytest
 
@@ -60,6 +64,40 @@ skip_torch_monitored_barrier = pytest.mark.skipif(
 def skip_if_torch(reason: str) -> pytest.MarkDecorator:
     """Marks a test that torch's gloo backend cannot run; the reason shows in the skip."""
     return pytest.mark.skipif(IS_TORCH, reason=f"rustdist-only: {reason}")
+
+
+_TAG_VAR = "RUSTDIST_TEST_TAG"
+
+
+@contextlib.contextmanager
+def reaped() -> Iterator[dict[str, str]]:
+    """Environment entries that tag every process started with them, and its descendants
+    (they inherit the environment); on exit every tagged process still alive is killed, so the
+    workers of a launcher that hung or timed out (torchrun puts each in a session of its own,
+    out of reach of its parent's kill) never outlive the test."""
+    tag = uuid.uuid4().hex
+    try:
+        yield {_TAG_VAR: tag}
+    finally:
+        needle = f"{_TAG_VAR}={tag}".encode()
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    tagged = needle in f.read().split(b"\0")
+                if tagged:
+                    os.kill(int(pid), signal.SIGKILL)
+            except (OSError, ProcessLookupError):
+                continue  # gone already, or not ours to read
+
+
+def run_reaped(cmd: list[str], *, timeout: float, env: Optional[dict[str, str]] = None,
+               **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run`` capturing text output, with every process it starts killed on exit."""
+    with reaped() as tag:
+        return subprocess.run(cmd, env={**(env if env is not None else os.environ), **tag},
+                              capture_output=True, text=True, timeout=timeout, **kwargs)
 
 
 def free_port() -> int:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,8 @@ from rustdist.bench.common import (  # noqa: E402
     OPS, SIZES, Config, expected, fmt_size, input_values, layout, parse_size,
 )
 from rustdist.bench.progress import Progress  # noqa: E402
+
+from harness import run_reaped  # noqa: E402
 
 FAKE_TABLE = [
     ("all_reduce", "shm", 2, 8, "recursive_doubling"),
@@ -270,9 +271,9 @@ def test_ranks_start_through_a_replaceable_launcher() -> None:
 @pytest.mark.timeout(300)
 def test_quick_run_writes_checked_rows(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
-    p = subprocess.run([sys.executable, "-m", "rustdist.bench", "--world", "2", "--ops",
-                        "all_reduce", "--max-bytes", "4K", "--quick", "--json", str(out)],
-                       capture_output=True, text=True, timeout=280, cwd=tmp_path)
+    p = run_reaped([sys.executable, "-m", "rustdist.bench", "--world", "2", "--ops",
+                    "all_reduce", "--max-bytes", "4K", "--quick", "--json", str(out)],
+                   timeout=280, cwd=tmp_path)
     assert p.returncode == 0, (p.stdout + p.stderr)[-6000:]
     doc = json.loads(out.read_text())
     assert doc["peers"] == ["rustdist", "gloo"]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import free_port
+from harness import free_port, reaped, run_reaped
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -39,7 +39,7 @@ def _check(outputs: list[str], world: int, attempt: int = 0) -> None:
 
 
 def _run(cmd: list[str], env: dict[str, str]) -> str:
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    p = run_reaped(cmd, env=env, timeout=TIMEOUT)
     assert p.returncode == 0, (p.stdout + p.stderr)[-6000:]
     return p.stdout + p.stderr
 
@@ -53,14 +53,10 @@ def test_torchrun_c10d_two_nodes() -> None:
     endpoint = f"127.0.0.1:{free_port()}"
     cmd = [TORCHRUN, "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
            "--rdzv-endpoint", endpoint, "--rdzv-id", "launcher-test", PROG]
-    nodes = [subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for _ in range(2)]
-    outputs = []
-    for node in nodes:
-        try:
-            outputs.append(node.communicate(timeout=TIMEOUT)[0])
-        finally:
-            node.kill()
+    with reaped() as tag:
+        nodes = [subprocess.Popen(cmd, env=_env(**tag), stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+        outputs = [node.communicate(timeout=TIMEOUT)[0] for node in nodes]
     assert all(n.returncode == 0 for n in nodes), "\n".join(outputs)[-6000:]
     _check(outputs, 2)
 
@@ -75,18 +71,14 @@ def test_torchrun_restart_after_worker_died() -> None:
 
 def test_slurm_variables() -> None:
     port = str(free_port())
-    procs = [subprocess.Popen([sys.executable, PROG], stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True,
-                              env=_env(SLURM_PROCID=str(r), SLURM_NTASKS="2",
-                                       SLURM_LOCALID=str(r), MASTER_ADDR="127.0.0.1",
-                                       MASTER_PORT=port))
-             for r in range(2)]
-    outputs = []
-    for p in procs:
-        try:
-            outputs.append(p.communicate(timeout=TIMEOUT)[0])
-        finally:
-            p.kill()
+    with reaped() as tag:
+        procs = [subprocess.Popen([sys.executable, PROG], stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True,
+                                  env=_env(SLURM_PROCID=str(r), SLURM_NTASKS="2",
+                                           SLURM_LOCALID=str(r), MASTER_ADDR="127.0.0.1",
+                                           MASTER_PORT=port, **tag))
+                 for r in range(2)]
+        outputs = [p.communicate(timeout=TIMEOUT)[0] for p in procs]
     assert all(p.returncode == 0 for p in procs), "\n".join(outputs)[-6000:]
     _check(outputs, 2)
     assert "rank 1 of 2, local rank 1" in "\n".join(outputs)

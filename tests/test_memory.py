@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import free_port
+from harness import free_port, reaped
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -26,19 +26,20 @@ SLACK = 0.05
 
 def _measure(door: str, tmp: Path) -> list[dict[str, float]]:
     port = str(free_port())
-    procs = []
-    for rank in range(WORLD):
-        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank),
-                   WORLD_SIZE=str(WORLD), OMP_NUM_THREADS="1")
-        out = tmp / f"{door}-{rank}.json"
-        procs.append((subprocess.Popen([sys.executable, PROG, door, str(ITERATIONS), str(out)],
-                                       env=env, stdout=subprocess.PIPE,
-                                       stderr=subprocess.STDOUT, text=True), out))
-    results = []
-    for p, out in procs:
-        log = p.communicate(timeout=300)[0]
-        assert p.returncode == 0, f"{door}: {log[-4000:]}"
-        results.append(json.loads(out.read_text()))
+    with reaped() as tag:
+        procs = []
+        for rank in range(WORLD):
+            env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank),
+                       WORLD_SIZE=str(WORLD), OMP_NUM_THREADS="1", **tag)
+            out = tmp / f"{door}-{rank}.json"
+            procs.append((subprocess.Popen([sys.executable, PROG, door, str(ITERATIONS),
+                                            str(out)], env=env, stdout=subprocess.PIPE,
+                                           stderr=subprocess.STDOUT, text=True), out))
+        results = []
+        for p, out in procs:
+            log = p.communicate(timeout=300)[0]
+            assert p.returncode == 0, f"{door}: {log[-4000:]}"
+            results.append(json.loads(out.read_text()))
     return results
 
 

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from harness import free_port
+from harness import free_port, run_reaped
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -48,8 +47,8 @@ def _run(program: Path, launcher: str, world: int, out: Path) -> str:
     else:
         cmd = [sys.executable, str(program), "--world", str(world)]
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    p = subprocess.run([*cmd, "--save-dir", str(out)], cwd=program.parent, env=env,
-                       capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    p = run_reaped([*cmd, "--save-dir", str(out)], cwd=program.parent, env=env,
+                   timeout=RUN_TIMEOUT)
     log = p.stdout + p.stderr
     assert p.returncode == 0, f"{program} ({launcher}, world {world}) failed:\n{log[-6000:]}"
     return log

@@ -29,6 +29,7 @@ SUITE_TIMEOUT = 240.0
 
 sys.path.insert(0, str(TESTS))
 import backend_cases  # noqa: E402
+from harness import reaped, run_reaped  # noqa: E402
 
 Results = dict[int, dict[str, str]]
 
@@ -48,20 +49,23 @@ def _launch(suite: str, backend: str, world: int, out: Path) -> Results:
     out.mkdir(parents=True)
     port = _free_port()
     procs = []
-    for rank in range(world):
-        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                   WORLD_SIZE=str(world), LOCAL_RANK=str(rank), OMP_NUM_THREADS="1")
-        log = open(out / f"log{rank}.txt", "wb")  # noqa: SIM115 - closed below
-        procs.append((subprocess.Popen([sys.executable, str(CASES), suite, backend, str(out)],
-                                       env=env, stdout=log, stderr=subprocess.STDOUT), log))
-    deadline = time.monotonic() + SUITE_TIMEOUT
-    for p, log in procs:
-        try:
-            p.wait(max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-        log.close()
+    with reaped() as tag:
+        for rank in range(world):
+            env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                       RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+                       OMP_NUM_THREADS="1", **tag)
+            log = open(out / f"log{rank}.txt", "wb")  # noqa: SIM115 - closed below
+            procs.append((subprocess.Popen([sys.executable, str(CASES), suite, backend,
+                                            str(out)], env=env, stdout=log,
+                                           stderr=subprocess.STDOUT), log))
+        deadline = time.monotonic() + SUITE_TIMEOUT
+        for p, log in procs:
+            try:
+                p.wait(max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+            log.close()
     results: Results = {}
     for rank in range(world):
         path = out / f"rank{rank}.json"
@@ -158,7 +162,7 @@ def test_torchrun_example(tmp_path: Path) -> None:
     cmd = [str(torchrun), "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
            "--master-port", str(_free_port()), str(ROOT / "examples" / "ddp_mlp.py")]
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    p = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=200)
+    p = run_reaped(cmd, cwd=tmp_path, env=env, timeout=200)
     out = p.stdout + p.stderr
     assert p.returncode == 0, out[-4000:]
     assert "backend rustdist" in out and "final loss" in out, out[-4000:]
