@@ -1,17 +1,20 @@
 """Every collective x dtype x ReduceOp at world sizes 1-4, checked element by element.
 
 Each test runs one case in the shared world of that size; the case loops over tensor shapes
-(0, 1, 7, 1001 elements, (2, 3), 300_000 elements) and checks every rank's result exactly.
+(``dist_cases.SHAPES``: empty, tiny, both sides of the shared-memory inline size, (2, 3), past
+one shared-memory slot) and checks every rank's result exactly. ``./dev test`` runs it on
+shared memory, on TCP (``RUSTDIST_SHM=0``) and split over two host identities.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any, Callable
 
 import pytest
 
 from dist_cases import DTYPES, FLOAT_DTYPES
-from harness import IS_TORCH, World, skip_if_torch
+from harness import IS_TORCH, TEST_HOSTS, World, rustdist_only, skip_if_torch
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -23,6 +26,21 @@ GLOO_NO_INT16 = "gloo has no int16 collectives (it raises 'Invalid scalar type')
 def dtype_params(dtypes: list[str] = list(DTYPES)) -> list[Any]:
     """Dtype parameters; int16 is rustdist-only because gloo cannot reduce/gather it."""
     return [pytest.param(d, marks=skip_if_torch(GLOO_NO_INT16)) if d == "int16" else d for d in dtypes]
+
+
+@rustdist_only
+@pytest.mark.parametrize("world", WORLDS)
+def test_link(worlds: Callable[[int], World], world: int) -> None:
+    """The run's layout is in effect: shared memory by default, TCP with RUSTDIST_SHM=0, and
+    shared memory inside each host identity with RUSTDIST_TEST_HOSTS."""
+    if world == 1 or os.environ.get("RUSTDIST_SHM") == "0":
+        expected = "tcp"
+    elif TEST_HOSTS:
+        hosts = min(TEST_HOSTS, world)
+        expected = "tcp" if hosts == world else "shm" if hosts == 1 else "hierarchical"
+    else:
+        expected = "shm"
+    worlds(world).run("link", expected=expected)
 
 
 @pytest.mark.parametrize("dtype", dtype_params())

@@ -142,6 +142,9 @@ class ProcessGroup:
     def group_name(self) -> str: ...
     @property
     def timeout(self) -> float: ...
+    @property
+    def link(self) -> str:
+        """How the ranks reach each other: "shm", "tcp" or "hierarchical"."""
     # Every collective runs asynchronously and returns a Work, or with `sync=True` returns
     # None once done (on the calling thread when the group is idle).
     def all_reduce(

@@ -21,7 +21,7 @@ use crate::spin::Spin;
 use crate::store::Store;
 use crate::tensor::{RawBuf, Tensor};
 use crate::transport::mesh::MeshTransport;
-use crate::transport::{OpCtx, P2pDone, Signature, Transport};
+use crate::transport::{LinkKind, OpCtx, P2pDone, Signature, Transport};
 use crate::types::{CollectiveKind, DType, ReduceOp};
 use crate::work::{Keepalive, Work};
 
@@ -244,6 +244,7 @@ pub struct ProcessGroup {
     size: usize,
     name: String,
     timeout: Duration,
+    link: LinkKind,
     shared: Arc<Shared>,
     worker: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
@@ -344,6 +345,7 @@ impl ProcessGroup {
             shared_memory,
             cancel.clone(),
         )?;
+        let link = transport.link_kind();
         let shared = Arc::new(Shared {
             engine: Mutex::new(Engine {
                 transport: Box::new(transport),
@@ -368,6 +370,7 @@ impl ProcessGroup {
             size,
             name: name.to_string(),
             timeout,
+            link,
             shared,
             worker: Mutex::new(Some(worker)),
         })
@@ -387,6 +390,11 @@ impl ProcessGroup {
 
     pub fn timeout(&self) -> Duration {
         self.timeout
+    }
+
+    /// How the group's ranks reach each other (what selection chooses algorithms for).
+    pub fn link(&self) -> LinkKind {
+        self.link
     }
 
     /// Queues `job` (operation `what`) with a new Work for it to complete; an aborted group

@@ -93,6 +93,13 @@ impl PyProcessGroup {
         self.pg.timeout().as_secs_f64()
     }
 
+    /// How the ranks reach each other: "shm" (one host), "tcp" (no two on one host, or
+    /// RUSTDIST_SHM=0) or "hierarchical" (shared memory inside hosts, TCP between them).
+    #[getter]
+    fn link(&self) -> &'static str {
+        self.pg.link().name()
+    }
+
     #[pyo3(signature = (ptr, numel, dtype, op, keep, premul = None, sync = false))]
     #[allow(clippy::too_many_arguments)]
     fn all_reduce(
