@@ -13,9 +13,7 @@ gloo, which validates the tests themselves; the default is ``rustdist``. Adding
 ``RUSTDIST_TEST_BACKEND=rustdist`` runs them through ``torch.distributed`` on rustdist's torch
 backend (the expectations stay gloo's where a case branches on the mode).
 
-``RUSTDIST_SHM=0`` (inherited by the ranks) keeps every rank on TCP; ``RUSTDIST_TEST_HOSTS=N``
-splits the ranks over N host identities (rank r on host r % N, through ``RUSTDIST_HOST_ID``), so
-that groups mix shared memory inside a "host" with TCP between them.
+``RUSTDIST_SHM=0`` (inherited by the ranks) keeps every rank on TCP.
 """
 
 from __future__ import annotations
@@ -43,8 +41,6 @@ if MODE not in ("rustdist", "torch"):
 IS_TORCH: bool = MODE == "torch"
 #: Backend name passed to init_process_group (and expected back from get_backend).
 BACKEND: str = os.environ.get("RUSTDIST_TEST_BACKEND", "gloo" if IS_TORCH else "rustdist")
-#: Ranks are spread over this many host identities (0: the real one for every rank).
-TEST_HOSTS: int = int(os.environ.get("RUSTDIST_TEST_HOSTS", "0"))
 #: How long the driver waits for every rank to answer one case.
 CASE_TIMEOUT: float = float(os.environ.get("RUSTDIST_TEST_CASE_TIMEOUT", "60"))
 #: Process-group timeout of the shared worlds: a hung collective errors out after this.
@@ -179,8 +175,6 @@ def _worker_main(conn: Any, rank: int, world: int, port: int, log_path: str, ini
     os.close(log_fd)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world), OMP_NUM_THREADS="1")
-    if TEST_HOSTS:
-        os.environ["RUSTDIST_HOST_ID"] = f"test-host-{rank % TEST_HOSTS}"
     ctx.rank, ctx.world, ctx.conn, ctx.pg_timeout = rank, world, conn, pg_timeout
     try:
         import torch
