@@ -75,7 +75,7 @@ pub struct TcpServer {
 
 /// The address the server for `host` binds: `host` itself when it is (or names) an address of
 /// this machine, else `None`: every interface. Empty, `0.0.0.0` and `::` mean every interface,
-/// as in torch. A name that resolves only to loopback addresses other than `localhost` (a
+/// as in torch; `localhost` means 127.0.0.1. Another name that resolves only to loopback (a
 /// hostname mapped to 127.0.1.1 in /etc/hosts, which other hosts resolve elsewhere) and an
 /// address this machine does not have (behind NAT) also listen everywhere, so that clients
 /// elsewhere still reach the server as they do torch's.
@@ -92,11 +92,8 @@ pub fn bind_address(host: &str) -> Option<IpAddr> {
         .iter()
         .copied()
         .find(|ip| !ip.is_loopback() && local(*ip))
-        .or_else(|| {
-            (host == "localhost")
-                .then(|| addrs.iter().copied().find(|ip| ip.is_loopback()))
-                .flatten()
-        })
+        // IPv4 loopback, which clients naming "localhost" or "127.0.0.1" both reach.
+        .or_else(|| (host == "localhost").then_some(IpAddr::V4(Ipv4Addr::LOCALHOST)))
 }
 
 /// Binds `port` (0: any free port) on the address [`bind_address`] picks for `host`, or on
