@@ -271,13 +271,14 @@ class World:
     def start(self) -> None:
         """Starts the ranks and waits until each one is ready (and initialised)."""
         mp = _context()
-        hosts = self.hosts or session_hosts()
+        hosts = self.hosts if self.hosts is not None else session_hosts()
         on_hosts: list[Optional[Any]] = [None] * self.size
         master_addr = "127.0.0.1"
         if hosts is not None:
             where = self.on_hosts
             if where is None:
-                where = placement(self.size, len(hosts), parse_hosts_spec(HOSTS_SPEC)[1])
+                per_host = parse_hosts_spec(HOSTS_SPEC)[1] if self.hosts is None else self.size
+                where = placement(self.size, len(hosts), per_host)
             on_hosts = [hosts.host(h) for h in where]
             master_addr = on_hosts[0].addr
         self.generation += 1

@@ -43,15 +43,7 @@ c.sendall(str(n).encode())
 
 CLIENT = """
 import socket, sys, time
-deadline = time.monotonic() + 20
-while True:
-    try:
-        c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=20)
-        break
-    except OSError:
-        if time.monotonic() > deadline:
-            raise
-        time.sleep(0.02)
+c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=20)
 data = b"x" * int(sys.argv[3])
 t = time.monotonic()
 c.sendall(data)
@@ -63,7 +55,8 @@ print(socket.gethostname(), got, time.monotonic() - t)
 
 def transfer(hosts: _netns.Hosts, src: int, dst: int, nbytes: int, nic: int = 0) -> tuple[str, str, float]:
     """Sends `nbytes` from host `src` to host `dst` over NIC `nic`; returns both hostnames and
-    the seconds the transfer took (until the receiver confirmed the count)."""
+    the seconds the transfer took (until the receiver confirmed the count). The server prints
+    its hostname once it listens, and only then does the client start."""
     addr, port = hosts.addr(dst, nic), 5000 + nic
     server = hosts.popen(dst, [sys.executable, "-c", SERVER, addr, str(port)],
                          stdout=subprocess.PIPE, text=True)
@@ -224,7 +217,7 @@ VARS = ("RUSTDIST_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
     ({"RUSTDIST_SOCKET_IFNAME": "^eth0,lo"}, "10.78.0."),
     ({"RUSTDIST_SOCKET_IFNAME": "^=eth0"}, "10.78.0."),
     ({"RUSTDIST_SOCKET_IFNAME": "eth1", "GLOO_SOCKET_IFNAME": "eth0"}, "10.78.0."),
-], ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()) if isinstance(v, dict) else v)
+], ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()) or "unset" if isinstance(v, dict) else v)
 def test_socket_ifname_picks_the_interface(nic_world: World, env: dict[str, str], subnet: str) -> None:
     """The store stays on eth0 (MASTER_ADDR); the peers listen on, publish and connect over the
     interface the variable selects (NCCL_SOCKET_IFNAME's syntax)."""
