@@ -16,11 +16,12 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from harness import BACKEND, MODE, World  # noqa: E402
+from harness import BACKEND, HOSTS_SPEC, MODE, World, close_session_hosts  # noqa: E402
 
 
 def pytest_report_header(config: Any) -> str:
-    return f"rustdist tests: RUSTDIST_TEST_DIST={MODE} (backend {BACKEND!r})"
+    hosts = f", ranks on test hosts {HOSTS_SPEC}" if HOSTS_SPEC else ""
+    return f"rustdist tests: RUSTDIST_TEST_DIST={MODE} (backend {BACKEND!r}){hosts}"
 
 
 @pytest.fixture(scope="session")
@@ -34,6 +35,7 @@ def _pool(_log_dir: str) -> Iterator[dict[Any, World]]:
     yield pool
     for w in pool.values():
         w.close()
+    close_session_hosts()
 
 
 @pytest.fixture(scope="session")

@@ -484,6 +484,7 @@ def _init(dist: Any, rank: int, world: int, method: str, port: int, path: str, b
 
     timeout = timedelta(seconds=30)
     store: Any = None
+    master = os.environ["MASTER_ADDR"]  # 127.0.0.1, or host 0's address on test hosts
     if method == "env":
         os.environ["MASTER_PORT"] = str(port)
         dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world, timeout=timeout)
@@ -491,14 +492,14 @@ def _init(dist: Any, rank: int, world: int, method: str, port: int, path: str, b
         os.environ["MASTER_PORT"] = str(port)
         dist.init_process_group(backend, timeout=timeout)
     elif method == "tcp":
-        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+        dist.init_process_group(backend, init_method=f"tcp://{master}:{port}", rank=rank,
                                 world_size=world, timeout=timeout)
     elif method == "file":
         dist.init_process_group(backend, init_method=f"file://{path}", rank=rank, world_size=world,
                                 timeout=timeout)
     elif method in ("store_tcp", "store_torch_tcp"):
         mod = dist if method == "store_tcp" else td
-        store = mod.TCPStore("127.0.0.1", port, world, rank == 0, timeout=timeout)
+        store = mod.TCPStore(master, port, world, rank == 0, timeout=timeout)
         dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
     elif method == "store_file":
         store = dist.FileStore(path, world)

@@ -13,6 +13,13 @@ gloo, which validates the tests themselves; the default is ``rustdist``. Adding
 ``RUSTDIST_TEST_BACKEND=rustdist`` runs them through ``torch.distributed`` on rustdist's torch
 backend (the expectations stay gloo's where a case branches on the mode).
 
+``RUSTDIST_TEST_HOSTS=HxR`` (e.g. ``2x2``, ``4x1``) places every world's ranks on H test hosts
+(network namespaces with hostnames of their own, see ``rustdist._netns``; root needed, else
+the tests skip saying why): a world of n ranks fills the hosts in blocks of ceil(n / H) ranks
+(2x2: world 4 is two hosts of two ranks, which share memory within a host and use TCP across;
+world 2 is one rank per host), and R bounds the ranks per host. MASTER_ADDR is host 0's
+address. Each rank process moves onto its host right after it is forked, before any socket.
+
 ``RUSTDIST_SHM=0`` (inherited by the ranks) keeps every rank on TCP.
 """
 
@@ -45,6 +52,8 @@ BACKEND: str = os.environ.get("RUSTDIST_TEST_BACKEND", "gloo" if IS_TORCH else "
 CASE_TIMEOUT: float = float(os.environ.get("RUSTDIST_TEST_CASE_TIMEOUT", "60"))
 #: Process-group timeout of the shared worlds: a hung collective errors out after this.
 PG_TIMEOUT: float = 30.0
+#: "HxR": run the worlds on H test hosts (see the module docstring); empty: all on 127.0.0.1.
+HOSTS_SPEC: str = os.environ.get("RUSTDIST_TEST_HOSTS", "")
 
 rustdist_only = pytest.mark.skipif(IS_TORCH, reason="rustdist-only")
 #: Re-initialising on one port at once races in torch's own TCPStore: a fast rank reaches the
@@ -100,6 +109,47 @@ def run_reaped(cmd: list[str], *, timeout: float, env: Optional[dict[str, str]] 
     with reaped() as tag:
         return subprocess.run(cmd, env={**(env if env is not None else os.environ), **tag},
                               capture_output=True, text=True, timeout=timeout, **kwargs)
+
+
+def parse_hosts_spec(spec: str) -> tuple[int, int]:
+    """``"HxR"`` as (hosts, ranks per host)."""
+    h, sep, r = spec.lower().partition("x")
+    if not (sep and h.isdigit() and r.isdigit() and int(h) >= 1 and int(r) >= 1):
+        raise ValueError(f"RUSTDIST_TEST_HOSTS={spec!r}: expected HxR, e.g. 2x2 or 4x1")
+    return int(h), int(r)
+
+
+def placement(world: int, hosts: int, per_host: int) -> list[int]:
+    """The host of each rank of a world of `world` ranks on `hosts` hosts: blocks of
+    ceil(world / hosts) consecutive ranks, so rank 0 is on host 0."""
+    block = -(-world // hosts)
+    if block > per_host:
+        raise ValueError(f"a world of {world} ranks does not fit on {hosts}x{per_host} hosts")
+    return [rank // block for rank in range(world)]
+
+
+_session_hosts: list[Any] = []
+
+
+def session_hosts() -> Optional[Any]:
+    """The test hosts of RUSTDIST_TEST_HOSTS (a ``rustdist._netns.Hosts``, made once), or None
+    when it is unset; skips the calling test when hosts cannot be made here."""
+    if not HOSTS_SPEC:
+        return None
+    if not _session_hosts:
+        from rustdist import _netns
+
+        reason = _netns.unavailable_reason()
+        if reason:
+            pytest.skip(f"RUSTDIST_TEST_HOSTS={HOSTS_SPEC}: {reason}")
+        _session_hosts.append(_netns.Hosts(parse_hosts_spec(HOSTS_SPEC)[0]))
+    return _session_hosts[0]
+
+
+def close_session_hosts() -> None:
+    """Tears the session's test hosts down (also done at exit)."""
+    while _session_hosts:
+        _session_hosts.pop().close()
 
 
 def free_port() -> int:
@@ -167,16 +217,22 @@ def find_case(name: str) -> Any:
 
 
 def _worker_main(conn: Any, rank: int, world: int, port: int, log_path: str, init: bool,
-                 pg_timeout: float) -> None:
-    """Entry point of one rank process: redirect output, init, then serve cases until EOF."""
+                 pg_timeout: float, host: Optional[Any] = None,
+                 master_addr: str = "127.0.0.1") -> None:
+    """Entry point of one rank process: move onto its test host (if any), redirect output,
+    init, then serve cases until EOF."""
     log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
     os.close(log_fd)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+    os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world), OMP_NUM_THREADS="1")
     ctx.rank, ctx.world, ctx.conn, ctx.pg_timeout = rank, world, conn, pg_timeout
     try:
+        if host is not None:
+            from rustdist import _netns
+
+            _netns.enter(host)  # still single-threaded, no socket yet
         import torch
 
         torch.set_num_threads(1)
@@ -225,14 +281,19 @@ def _context() -> Any:
 
 
 class World:
-    """``size`` rank processes on 127.0.0.1 serving cases. With ``init`` every rank has called
-    init_process_group over env:// before the first case."""
+    """``size`` rank processes serving cases, on 127.0.0.1 or on test hosts (``hosts``, a
+    ``rustdist._netns.Hosts``, with rank r on host ``on_hosts[r]``; by default those of
+    RUSTDIST_TEST_HOSTS). With ``init`` every rank has called init_process_group over env://
+    before the first case."""
 
     def __init__(self, size: int, init: bool = True, pg_timeout: float = PG_TIMEOUT,
-                 log_dir: Optional[str] = None) -> None:
+                 log_dir: Optional[str] = None, hosts: Optional[Any] = None,
+                 on_hosts: Optional[list[int]] = None) -> None:
         self.size = size
         self.init = init
         self.pg_timeout = pg_timeout
+        self.hosts = hosts
+        self.on_hosts = on_hosts
         self.log_dir = log_dir or tempfile.mkdtemp(prefix="rustdist-tests-")
         self.procs: list[Any] = []
         self.conns: list[Any] = []
@@ -250,6 +311,16 @@ class World:
     def start(self) -> None:
         """Starts the ranks and waits until each one is ready (and initialised)."""
         mp = _context()
+        hosts = self.hosts if self.hosts is not None else session_hosts()
+        on_hosts: list[Optional[Any]] = [None] * self.size
+        master_addr = "127.0.0.1"
+        if hosts is not None:
+            where = self.on_hosts
+            if where is None:
+                per_host = parse_hosts_spec(HOSTS_SPEC)[1] if self.hosts is None else self.size
+                where = placement(self.size, len(hosts), per_host)
+            on_hosts = [hosts.host(h) for h in where]
+            master_addr = on_hosts[0].addr
         self.generation += 1
         self.port = free_port()
         self.procs, self.conns, self.logs = [], [], []
@@ -258,7 +329,7 @@ class World:
             log = os.path.join(self.log_dir, f"w{self.size}-g{self.generation}-r{rank}.log")
             p = mp.Process(target=_worker_main, name=f"rank{rank}", daemon=True,
                            args=(child, rank, self.size, self.port, log, self.init,
-                                 self.pg_timeout))
+                                 self.pg_timeout, on_hosts[rank], master_addr))
             p.start()
             child.close()
             self.procs.append(p)

@@ -14,7 +14,9 @@ from typing import Any, Callable
 import pytest
 
 from dist_cases import DTYPES, FLOAT_DTYPES
-from harness import IS_TORCH, TEST_HOSTS, World, rustdist_only, skip_if_torch
+from harness import (
+    HOSTS_SPEC, IS_TORCH, World, parse_hosts_spec, placement, rustdist_only, skip_if_torch,
+)
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -31,15 +33,15 @@ def dtype_params(dtypes: list[str] = list(DTYPES)) -> list[Any]:
 @rustdist_only
 @pytest.mark.parametrize("world", WORLDS)
 def test_link(worlds: Callable[[int], World], world: int) -> None:
-    """The run's layout is in effect: shared memory by default, TCP with RUSTDIST_SHM=0, and
-    shared memory inside each host identity with RUSTDIST_TEST_HOSTS."""
-    if world == 1 or os.environ.get("RUSTDIST_SHM") == "0":
+    """The run's layout is in effect: shared memory by default, TCP with RUSTDIST_SHM=0 or one
+    rank per host, shared memory inside hosts and TCP across when RUSTDIST_TEST_HOSTS puts
+    several ranks on some hosts."""
+    host_of = placement(world, *parse_hosts_spec(HOSTS_SPEC)) if HOSTS_SPEC else [0] * world
+    hosts = len(set(host_of))
+    if hosts == world or os.environ.get("RUSTDIST_SHM") == "0":
         expected = "tcp"
-    elif TEST_HOSTS:
-        hosts = min(TEST_HOSTS, world)
-        expected = "tcp" if hosts == world else "shm" if hosts == 1 else "hierarchical"
     else:
-        expected = "shm"
+        expected = "shm" if hosts == 1 else "hierarchical"
     worlds(world).run("link", expected=expected)
 
 

@@ -5,15 +5,19 @@
 //! collective as a [`work::Work`] on the group's own worker thread.
 
 pub mod algorithms;
+pub mod auth;
 pub mod cancel;
 pub mod cuda;
 pub mod error;
 pub mod group;
 pub mod interrupt;
+pub mod netio;
 pub mod reduce;
 pub mod spin;
 pub mod store;
 pub mod tensor;
+#[cfg(test)]
+mod testutil;
 pub mod transport;
 pub mod types;
 pub mod work;

@@ -184,8 +184,11 @@ fn base(inner: Arc<dyn Store>) -> PyClassInitializer<PyStore> {
 }
 
 /// A store served over TCP by the master (`is_master=True`) to every client (torch's
-/// `TCPStore`). `port=0` on the master binds a free port (see `.port`). `use_libuv` is
-/// accepted for compatibility and ignored.
+/// `TCPStore`). `port=0` on the master binds a free port (see `.port`). The master listens on
+/// `host_name` when that is one of this machine's addresses, else on every interface. With
+/// `RUSTDIST_AUTH_KEY` set, server and clients authenticate each other (a missing or wrong key
+/// raises DistNetworkError "authentication failed"). `use_libuv` is accepted for
+/// compatibility and ignored.
 #[pyclass(extends = PyStore, frozen, module = "rustdist._core", name = "TCPStore")]
 pub struct PyTcpStore {
     host: String,
@@ -232,6 +235,7 @@ impl PyTcpStore {
             wait_for_workers,
             multi_tenant,
             master_listen_fd,
+            ..TcpStoreOptions::default()
         };
         let store = blocking(py, || TcpStore::new(opts))?;
         let sub = PyTcpStore {
@@ -466,7 +470,36 @@ pub fn store_from_py(obj: &Bound<'_, PyAny>) -> PyResult<Arc<dyn Store>> {
     }))
 }
 
+/// Where the core's `log` records go: stderr, like torch's C++ warnings, at the level
+/// `RUSTDIST_LOG_LEVEL` names (error, warn (default), info, debug, trace, off). The store server
+/// and the peer handshake log the connections they refuse.
+struct StderrLogger;
+
+impl log::Log for StderrLogger {
+    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+        metadata.level() <= log::max_level()
+    }
+    fn log(&self, record: &log::Record<'_>) {
+        if self.enabled(record.metadata()) {
+            eprintln!("[rustdist {}] {}", record.level(), record.args());
+        }
+    }
+    fn flush(&self) {}
+}
+
+fn install_logger() {
+    let level = std::env::var("RUSTDIST_LOG_LEVEL")
+        .ok()
+        .and_then(|v| v.parse::<log::LevelFilter>().ok())
+        .unwrap_or(log::LevelFilter::Warn);
+    // Fails only when a logger is already installed, which then stays.
+    if log::set_logger(&StderrLogger).is_ok() {
+        log::set_max_level(level);
+    }
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    install_logger();
     m.add_class::<PyStore>()?;
     m.add_class::<PyTcpStore>()?;
     m.add_class::<PyFileStore>()?;

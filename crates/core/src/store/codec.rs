@@ -24,6 +24,11 @@ impl Writer {
         self.0.extend_from_slice(&v.to_le_bytes());
         self
     }
+    /// The bytes as they are (a fixed-size field).
+    pub fn raw(&mut self, v: &[u8]) -> &mut Self {
+        self.0.extend_from_slice(v);
+        self
+    }
     /// A u32 length then the bytes. Callers keep fields below the frame limit (< 4 GiB).
     pub fn bytes(&mut self, v: &[u8]) -> &mut Self {
         self.u32(v.len() as u32);
@@ -74,7 +79,8 @@ impl<'a> Reader<'a> {
         self.pos += n;
         Ok(s)
     }
-    fn array<const N: usize>(&mut self) -> Result<[u8; N]> {
+    /// A fixed-size field of `N` bytes.
+    pub fn array<const N: usize>(&mut self) -> Result<[u8; N]> {
         let mut a = [0u8; N];
         a.copy_from_slice(self.take(N)?);
         Ok(a)

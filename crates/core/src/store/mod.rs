@@ -62,11 +62,14 @@ pub(crate) fn deadline_after(timeout: Duration) -> Instant {
         .unwrap_or(now)
 }
 
-/// The error of a `get`/`wait` whose keys did not all appear within `timeout`.
+/// The error of a `get`/`wait` whose keys did not all appear within `timeout`, in torch's
+/// TCPStore words ("wait timeout after 300ms, keys: a, b"; torch also shows its internal "/"
+/// before each key).
 pub(crate) fn wait_timeout_error(missing: &[String], timeout: Duration) -> Error {
     Error::store(format!(
-        "wait timeout after {}ms, keys: {missing:?}",
-        timeout.as_millis()
+        "wait timeout after {}ms, keys: {}",
+        timeout.as_millis(),
+        missing.join(", ")
     ))
 }
 

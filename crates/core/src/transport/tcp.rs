@@ -1,26 +1,157 @@
-//! TCP connection setup: every rank listens, publishes its address in the store, connects to the
-//! lower ranks and accepts the higher ones, each connection opened with a hello naming the group
-//! and the rank.
+//! TCP connection setup: every rank listens on its chosen interface, publishes its address in
+//! the store, connects to the lower ranks and accepts the higher ones.
+//!
+//! Each connection opens with a handshake. The connecting rank sends a fixed-size hello naming
+//! the job (a random id rank 0 draws and publishes with its address, so two jobs never
+//! cross-connect), the group, the world size and its rank; the accepting rank answers with a
+//! status. With `RUSTDIST_AUTH_KEY` set, both sides prove they hold the key (HMAC over a fresh
+//! challenge, see [`crate::auth`]) before the connection counts. Every handshake message has a
+//! fixed size and is read into a fixed buffer, so a hostile connection is dropped (and logged)
+//! before its bytes can decide any allocation; incoming handshakes progress concurrently, so a
+//! silent connection cannot hold up the real peers.
 
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
+use crate::auth::{self, AuthKey, Nonce, Tag, NONCE_LEN, TAG_LEN};
 use crate::error::{Error, Result};
 use crate::interrupt;
+use crate::netio::{timed_out, DeadlineIo};
 use crate::store::Store;
 use crate::transport::remaining;
 
-const HELLO_MAGIC: u32 = 0x5244_4845; // "RDHE"
-const HELLO_LEN: usize = 16;
+/// The variables naming the interface to use, in order of precedence.
+pub const IFNAME_VARS: [&str; 2] = ["RUSTDIST_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"];
 
-/// The address to listen on: `RUSTDIST_SOCKET_IFNAME` / `GLOO_SOCKET_IFNAME` when set, else the
-/// local address that routes to MASTER_ADDR, else loopback.
+const HELLO_MAGIC: u32 = 0x5244_4832; // "RDH2"
+const VERSION: u16 = 1;
+/// The hello: magic, version, flags, job, group, size, rank, the connecting side's nonce.
+pub const HELLO_LEN: usize = 32 + NONCE_LEN;
+/// A reply: magic, status, the accepting side's nonce and proof (zero when unused).
+pub const REPLY_LEN: usize = 8 + NONCE_LEN + TAG_LEN;
+/// Hello flag: the connecting side holds an auth key.
+const FLAG_AUTH: u16 = 1;
+const CONNECTOR_LABEL: &[u8] = b"rustdist peer connector v1";
+const ACCEPTOR_LABEL: &[u8] = b"rustdist peer acceptor v1";
+/// Incoming connections in mid-handshake at once; beyond that the oldest is dropped, so a
+/// flood can neither grow memory nor lock the real peers out for long.
+const MAX_PENDING: usize = 64;
+/// How long an incoming connection may take to finish its handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+// ---------------------------------------------------------------------------------------------
+// Choosing the interface
+
+/// One IPv4 address of a network interface that is up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interface {
+    pub name: String,
+    pub ip: Ipv4Addr,
+}
+
+/// The IPv4 addresses of the interfaces that are up, in the system's order.
+pub fn interfaces() -> Result<Vec<Interface>> {
+    let mut addrs: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `addrs` with a list we free below with freeifaddrs.
+    if unsafe { libc::getifaddrs(&mut addrs) } != 0 {
+        return Err(Error::network(format!(
+            "cannot list network interfaces: {}",
+            io::Error::last_os_error()
+        )));
+    }
+    let mut found = Vec::new();
+    let mut cur = addrs;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a non-null node of the list getifaddrs returned, alive until freed.
+        let ifa = unsafe { &*cur };
+        cur = ifa.ifa_next;
+        if ifa.ifa_addr.is_null() || ifa.ifa_flags & libc::IFF_UP as libc::c_uint == 0 {
+            continue;
+        }
+        // SAFETY: ifa_addr is non-null; the family says which sockaddr it is.
+        if i32::from(unsafe { (*ifa.ifa_addr).sa_family }) != libc::AF_INET {
+            continue;
+        }
+        // SAFETY: an AF_INET address is a sockaddr_in.
+        let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+        // SAFETY: ifa_name is a NUL-terminated string owned by the list.
+        let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) };
+        found.push(Interface {
+            name: name.to_string_lossy().into_owned(),
+            ip: Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)),
+        });
+    }
+    // SAFETY: `addrs` came from getifaddrs and is freed exactly once.
+    unsafe { libc::freeifaddrs(addrs) };
+    Ok(found)
+}
+
+/// Picks the interface `spec` names, in NCCL_SOCKET_IFNAME's syntax: a comma-separated list of
+/// name prefixes (`eth` matches eth0 and eth1), all exact names with a leading `=`, and an
+/// exclusion list with a leading `^` (`^docker,lo`, `^=eth0`). With a list, its first entry
+/// that matches an interface wins; with an exclusion list, the first interface in the system's
+/// order that no entry matches, loopback only when nothing else is left. `var` names the
+/// variable for the error, which lists the interfaces there are.
+pub fn select_interface(var: &str, spec: &str, available: &[Interface]) -> Result<Interface> {
+    let (exclude, rest) = match spec.trim().strip_prefix('^') {
+        Some(rest) => (true, rest),
+        None => (false, spec.trim()),
+    };
+    let (exact, rest) = match rest.strip_prefix('=') {
+        Some(rest) => (true, rest),
+        None => (false, rest),
+    };
+    let entries: Vec<&str> = rest
+        .split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .collect();
+    let matches = |entry: &str, name: &str| {
+        if exact {
+            name == entry
+        } else {
+            name.starts_with(entry)
+        }
+    };
+    let chosen = if exclude {
+        let kept = || {
+            available
+                .iter()
+                .filter(|i| !entries.iter().any(|e| matches(e, &i.name)))
+        };
+        kept()
+            .find(|i| !i.ip.is_loopback())
+            .or_else(|| kept().next())
+    } else {
+        entries
+            .iter()
+            .find_map(|e| available.iter().find(|i| matches(e, &i.name)))
+    };
+    chosen.cloned().ok_or_else(|| {
+        let listed: Vec<String> = available
+            .iter()
+            .map(|i| format!("{} ({})", i.name, i.ip))
+            .collect();
+        Error::invalid(format!(
+            "{var}={spec:?} matches no network interface that is up with an IPv4 address; \
+             available: {}",
+            if listed.is_empty() {
+                "none".to_owned()
+            } else {
+                listed.join(", ")
+            }
+        ))
+    })
+}
+
+/// The address to listen on: the interface `RUSTDIST_SOCKET_IFNAME` / `GLOO_SOCKET_IFNAME`
+/// selects when set, else the local address that routes to MASTER_ADDR, else loopback.
 fn listen_ip() -> Result<IpAddr> {
-    for var in ["RUSTDIST_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"] {
-        if let Ok(name) = std::env::var(var) {
-            return interface_ip(&name);
+    for var in IFNAME_VARS {
+        if let Some(spec) = std::env::var(var).ok().filter(|s| !s.trim().is_empty()) {
+            return select_interface(var, &spec, &interfaces()?).map(|i| IpAddr::V4(i.ip));
         }
     }
     let master = std::env::var("MASTER_ADDR").unwrap_or_else(|_| "127.0.0.1".into());
@@ -33,40 +164,174 @@ fn listen_ip() -> Result<IpAddr> {
         .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST)))
 }
 
-fn interface_ip(name: &str) -> Result<IpAddr> {
-    let mut addrs: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs fills `addrs` with a list we free below with freeifaddrs.
-    if unsafe { libc::getifaddrs(&mut addrs) } != 0 {
-        return Err(Error::network(format!(
-            "cannot list network interfaces: {}",
-            io::Error::last_os_error()
-        )));
+// ---------------------------------------------------------------------------------------------
+// Handshake messages
+
+/// What a connecting rank says about itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hello {
+    /// The rendezvous' random id (drawn by rank 0).
+    pub job: u64,
+    /// The group's id (a hash of its name).
+    pub group: u32,
+    pub size: u32,
+    pub rank: u64,
+    /// The connecting side holds an auth key; `nonce` is its challenge.
+    pub auth: bool,
+    pub nonce: Nonce,
+}
+
+fn u16_at(b: &[u8], i: usize) -> u16 {
+    u16::from_le_bytes([b[i], b[i + 1]])
+}
+
+fn u32_at(b: &[u8], i: usize) -> u32 {
+    u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
+}
+
+fn u64_at(b: &[u8], i: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&b[i..i + 8]);
+    u64::from_le_bytes(w)
+}
+
+impl Hello {
+    pub fn encode(&self) -> [u8; HELLO_LEN] {
+        let mut b = [0u8; HELLO_LEN];
+        b[0..4].copy_from_slice(&HELLO_MAGIC.to_le_bytes());
+        b[4..6].copy_from_slice(&VERSION.to_le_bytes());
+        let flags = if self.auth { FLAG_AUTH } else { 0 };
+        b[6..8].copy_from_slice(&flags.to_le_bytes());
+        b[8..16].copy_from_slice(&self.job.to_le_bytes());
+        b[16..20].copy_from_slice(&self.group.to_le_bytes());
+        b[20..24].copy_from_slice(&self.size.to_le_bytes());
+        b[24..32].copy_from_slice(&self.rank.to_le_bytes());
+        b[32..].copy_from_slice(&self.nonce);
+        b
     }
-    let mut found = None;
-    let mut cur = addrs;
-    while !cur.is_null() {
-        // SAFETY: `cur` is a non-null node of the list getifaddrs returned, alive until freed.
-        let ifa = unsafe { &*cur };
-        // SAFETY: ifa_name is a NUL-terminated string owned by the list.
-        let ifname = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) };
-        if ifname.to_bytes() == name.as_bytes() && !ifa.ifa_addr.is_null() {
-            // SAFETY: ifa_addr is non-null; the family says which sockaddr it is.
-            let family = unsafe { (*ifa.ifa_addr).sa_family } as i32;
-            if family == libc::AF_INET {
-                // SAFETY: an AF_INET address is a sockaddr_in.
-                let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
-                found = Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(
-                    sin.sin_addr.s_addr,
-                ))));
-                break;
+
+    /// The hello in `b`; `None` when it is not one (wrong magic or version).
+    pub fn decode(b: &[u8; HELLO_LEN]) -> Option<Hello> {
+        if u32_at(b, 0) != HELLO_MAGIC || u16_at(b, 4) != VERSION {
+            return None;
+        }
+        let mut nonce = [0u8; NONCE_LEN];
+        nonce.copy_from_slice(&b[32..]);
+        Some(Hello {
+            job: u64_at(b, 8),
+            group: u32_at(b, 16),
+            size: u32_at(b, 20),
+            rank: u64_at(b, 24),
+            auth: u16_at(b, 6) & FLAG_AUTH != 0,
+            nonce,
+        })
+    }
+}
+
+/// The accepting side's answer to a hello (and, with a key, to the proof).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Connected.
+    Ok,
+    /// Prove you hold the key (the reply carries the challenge and the acceptor's proof).
+    Challenge,
+    WrongJob,
+    WrongGroup,
+    WrongSize,
+    BadRank,
+    Duplicate,
+    AuthRequired,
+    AuthUnexpected,
+    AuthFailed,
+}
+
+const STATUSES: [Status; 10] = [
+    Status::Ok,
+    Status::Challenge,
+    Status::WrongJob,
+    Status::WrongGroup,
+    Status::WrongSize,
+    Status::BadRank,
+    Status::Duplicate,
+    Status::AuthRequired,
+    Status::AuthUnexpected,
+    Status::AuthFailed,
+];
+
+impl Status {
+    fn code(self) -> u32 {
+        STATUSES.iter().position(|&s| s == self).unwrap_or(0) as u32
+    }
+
+    /// Why a connection was refused, from the connecting side's point of view.
+    fn refusal(self) -> &'static str {
+        match self {
+            Status::Ok | Status::Challenge => {
+                "authentication failed: it did not follow the RUSTDIST_AUTH_KEY exchange"
+            }
+            Status::WrongJob => {
+                "it belongs to another job (the store holds an address of an earlier run?)"
+            }
+            Status::WrongGroup => "it is not in this process group",
+            Status::WrongSize => "it has a different world size",
+            Status::BadRank => "it does not expect a connection from this rank",
+            Status::Duplicate => {
+                "it is already connected to this rank (two processes with the same rank?)"
+            }
+            Status::AuthRequired => {
+                "authentication failed: it requires RUSTDIST_AUTH_KEY, which is not set here"
+            }
+            Status::AuthUnexpected => {
+                "authentication failed: RUSTDIST_AUTH_KEY is set here but not there"
+            }
+            Status::AuthFailed => {
+                "authentication failed: its RUSTDIST_AUTH_KEY differs from this rank's"
             }
         }
-        cur = ifa.ifa_next;
     }
-    // SAFETY: `addrs` came from getifaddrs and is freed exactly once.
-    unsafe { libc::freeifaddrs(addrs) };
-    found.ok_or_else(|| Error::invalid(format!("network interface {name:?} has no IPv4 address")))
 }
+
+/// One reply of the accepting side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reply {
+    pub status: Status,
+    pub nonce: Nonce,
+    pub tag: Tag,
+}
+
+impl Reply {
+    fn plain(status: Status) -> Reply {
+        Reply {
+            status,
+            nonce: [0; NONCE_LEN],
+            tag: [0; TAG_LEN],
+        }
+    }
+
+    pub fn encode(&self) -> [u8; REPLY_LEN] {
+        let mut b = [0u8; REPLY_LEN];
+        b[0..4].copy_from_slice(&HELLO_MAGIC.to_le_bytes());
+        b[4..8].copy_from_slice(&self.status.code().to_le_bytes());
+        b[8..8 + NONCE_LEN].copy_from_slice(&self.nonce);
+        b[8 + NONCE_LEN..].copy_from_slice(&self.tag);
+        b
+    }
+
+    /// The reply in `b`; `None` when it is not one.
+    pub fn decode(b: &[u8; REPLY_LEN]) -> Option<Reply> {
+        if u32_at(b, 0) != HELLO_MAGIC {
+            return None;
+        }
+        let status = *STATUSES.get(usize::try_from(u32_at(b, 4)).ok()?)?;
+        let mut reply = Reply::plain(status);
+        reply.nonce.copy_from_slice(&b[8..8 + NONCE_LEN]);
+        reply.tag.copy_from_slice(&b[8 + NONCE_LEN..]);
+        Some(reply)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The connecting side
 
 fn connect_with_retry(addr: SocketAddr, deadline: Instant, peer: usize) -> Result<TcpStream> {
     let mut backoff = Duration::from_millis(1);
@@ -89,26 +354,314 @@ fn connect_with_retry(addr: SocketAddr, deadline: Instant, peer: usize) -> Resul
     }
 }
 
-fn hello(group: u32, rank: usize) -> [u8; HELLO_LEN] {
-    let mut b = [0u8; HELLO_LEN];
-    b[0..4].copy_from_slice(&HELLO_MAGIC.to_le_bytes());
-    b[4..8].copy_from_slice(&group.to_le_bytes());
-    b[8..16].copy_from_slice(&(rank as u64).to_le_bytes());
-    b
+/// The connecting side's handshake with rank `peer` at `addr`: hello, reply, and with a key the
+/// proofs both ways. Errors say why `peer` refused (or failed to prove itself).
+fn greet(
+    sock: &mut TcpStream,
+    hello: &Hello,
+    key: Option<&AuthKey>,
+    peer: usize,
+    addr: SocketAddr,
+    deadline: Instant,
+) -> Result<()> {
+    let me = hello.rank;
+    let fail = |why: &str| {
+        Error::network(format!(
+            "rank {me} cannot connect to rank {peer} at {addr}: {why}"
+        ))
+    };
+    let hello_bytes = hello.encode();
+    let mut io = DeadlineIo::new(sock, deadline);
+    let read_reply = |io: &mut DeadlineIo<'_>| -> Result<Reply> {
+        let mut b = [0u8; REPLY_LEN];
+        match io.read_exact(&mut b) {
+            Ok(()) => Reply::decode(&b).ok_or_else(|| fail("it answered with something else")),
+            Err(_) if io.interrupted => Err(Error::Interrupted),
+            Err(e) if timed_out(&e) => Err(fail("no answer to the handshake in time")),
+            Err(_) => Err(fail(
+                "it closed the connection during the handshake (another job, or a different \
+                 RUSTDIST_AUTH_KEY?)",
+            )),
+        }
+    };
+    let sent = |r: io::Result<()>| r.map_err(|e| fail(&format!("cannot send the handshake: {e}")));
+    sent(io.write_all(&hello_bytes))?;
+    let reply = read_reply(&mut io)?;
+    match (reply.status, key) {
+        (Status::Ok, None) => Ok(()),
+        (Status::Challenge, Some(key)) => {
+            let theirs_ok = key.verify(ACCEPTOR_LABEL, &[&hello_bytes, &reply.nonce], &reply.tag);
+            // Our proof goes out even when theirs failed, so that they log the refusal too.
+            let proof = key.tag(CONNECTOR_LABEL, &[&hello_bytes, &reply.nonce]);
+            sent(io.write_all(&proof))?;
+            if !theirs_ok {
+                return Err(fail(Status::AuthFailed.refusal()));
+            }
+            match read_reply(&mut io)?.status {
+                Status::Ok => Ok(()),
+                other => Err(fail(other.refusal())),
+            }
+        }
+        (other, _) => Err(fail(other.refusal())),
+    }
 }
 
-/// Reads a peer's hello; `None` for a connection that is not one of ours (dropped).
-fn read_hello(sock: &mut TcpStream, group: u32, size: usize, deadline: Instant) -> Option<usize> {
-    let left = remaining(deadline)?.min(Duration::from_secs(5));
-    sock.set_read_timeout(Some(left)).ok()?;
-    let mut b = [0u8; HELLO_LEN];
-    sock.read_exact(&mut b).ok()?;
-    let magic = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-    let their_group = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
-    let mut r = [0u8; 8];
-    r.copy_from_slice(&b[8..16]);
-    let rank = u64::from_le_bytes(r) as usize;
-    (magic == HELLO_MAGIC && their_group == group && rank < size).then_some(rank)
+// ---------------------------------------------------------------------------------------------
+// The accepting side
+
+/// An incoming connection in mid-handshake.
+struct Incoming {
+    sock: TcpStream,
+    from: SocketAddr,
+    since: Instant,
+    /// The message being read: the hello, then (with a key) the proof in its first bytes.
+    buf: [u8; HELLO_LEN],
+    got: usize,
+    /// After a challenge went out: the hello's bytes, the rank it claims and our nonce.
+    challenged: Option<([u8; HELLO_LEN], usize, Nonce)>,
+}
+
+/// What one step of an incoming handshake came to.
+enum Step {
+    Pending,
+    /// Connected as this rank.
+    Done(usize),
+    /// Refused or broken: the reason, for the log.
+    Dropped(String),
+}
+
+/// The accepting rank's view of the group, against which hellos are checked.
+struct Acceptor<'a> {
+    rank: usize,
+    size: usize,
+    group: u32,
+    job: u64,
+    key: Option<&'a AuthKey>,
+}
+
+impl Acceptor<'_> {
+    /// Reads what `inc` sent and moves its handshake on. `socks` tells who is connected.
+    fn step(&self, inc: &mut Incoming, socks: &[Option<TcpStream>]) -> Step {
+        let want = if inc.challenged.is_some() {
+            TAG_LEN
+        } else {
+            HELLO_LEN
+        };
+        while inc.got < want {
+            match inc.sock.read(&mut inc.buf[inc.got..want]) {
+                Ok(0) => return Step::Dropped("it hung up during the handshake".into()),
+                Ok(n) => inc.got += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Step::Pending,
+                Err(e) => return Step::Dropped(format!("read failed: {e}")),
+            }
+        }
+        inc.got = 0;
+        match inc.challenged {
+            None => self.on_hello(inc, socks),
+            Some((hello, peer, nonce)) => {
+                let proof = &inc.buf[..TAG_LEN];
+                let key_ok = self
+                    .key
+                    .is_some_and(|k| k.verify(CONNECTOR_LABEL, &[&hello, &nonce], proof));
+                if !key_ok {
+                    return refuse(
+                        inc,
+                        Status::AuthFailed,
+                        format!("authentication failed: rank {peer}'s proof does not match this rank's RUSTDIST_AUTH_KEY"),
+                    );
+                }
+                self.admit(inc, peer, socks)
+            }
+        }
+    }
+
+    /// What in `hello` disagrees with this rank's view of the group, if anything.
+    fn mismatch(&self, hello: &Hello) -> Option<(Status, String)> {
+        let (rank, size) = (self.rank as u64, self.size as u64);
+        Some(if hello.job != self.job {
+            let want = self.job;
+            (
+                Status::WrongJob,
+                format!("another job ({:#x}, not {want:#x})", hello.job),
+            )
+        } else if hello.group != self.group {
+            (
+                Status::WrongGroup,
+                format!("another group (id {:#x})", hello.group),
+            )
+        } else if u64::from(hello.size) != size {
+            (
+                Status::WrongSize,
+                format!("world size {}, not {size}", hello.size),
+            )
+        } else if hello.rank <= rank || hello.rank >= size {
+            let claimed = hello.rank;
+            (
+                Status::BadRank,
+                format!("it claims rank {claimed}, which does not connect to rank {rank}"),
+            )
+        } else {
+            return None;
+        })
+    }
+
+    fn on_hello(&self, inc: &mut Incoming, socks: &[Option<TcpStream>]) -> Step {
+        let Some(hello) = Hello::decode(&inc.buf) else {
+            return Step::Dropped("not a rustdist peer (wrong magic or version)".into());
+        };
+        if let Some((status, why)) = self.mismatch(&hello) {
+            return refuse(inc, status, why);
+        }
+        let peer = hello.rank as usize;
+        match (self.key, hello.auth) {
+            (None, false) => self.admit(inc, peer, socks),
+            (None, true) => refuse(
+                inc,
+                Status::AuthUnexpected,
+                format!("rank {peer} has RUSTDIST_AUTH_KEY set, this rank does not"),
+            ),
+            (Some(_), false) => refuse(
+                inc,
+                Status::AuthRequired,
+                format!("authentication failed: rank {peer} did not authenticate (RUSTDIST_AUTH_KEY is set here)"),
+            ),
+            (Some(key), true) => {
+                let nonce = match auth::nonce() {
+                    Ok(n) => n,
+                    Err(e) => return Step::Dropped(e.to_string()),
+                };
+                let tag = key.tag(ACCEPTOR_LABEL, &[&inc.buf, &nonce]);
+                let reply = Reply {
+                    status: Status::Challenge,
+                    nonce,
+                    tag,
+                };
+                if let Err(why) = answer(inc, &reply) {
+                    return Step::Dropped(why);
+                }
+                inc.challenged = Some((inc.buf, peer, nonce));
+                Step::Pending
+            }
+        }
+    }
+
+    /// Connects `peer` unless another connection already did.
+    fn admit(&self, inc: &mut Incoming, peer: usize, socks: &[Option<TcpStream>]) -> Step {
+        if socks[peer].is_some() {
+            return refuse(
+                inc,
+                Status::Duplicate,
+                format!("a second connection claims rank {peer}, which is already connected"),
+            );
+        }
+        match answer(inc, &Reply::plain(Status::Ok)) {
+            Ok(()) => Step::Done(peer),
+            Err(why) => Step::Dropped(why),
+        }
+    }
+}
+
+/// Sends `reply` on the non-blocking socket. A fresh connection's send buffer always takes a
+/// reply whole; one that does not is a broken peer.
+fn answer(inc: &mut Incoming, reply: &Reply) -> std::result::Result<(), String> {
+    let bytes = reply.encode();
+    match inc.sock.write(&bytes) {
+        Ok(n) if n == bytes.len() => Ok(()),
+        Ok(_) => Err("it does not take the handshake reply".into()),
+        Err(e) => Err(format!("cannot answer: {e}")),
+    }
+}
+
+/// Tells the connecting side why it is refused (best effort) and drops it.
+fn refuse(inc: &mut Incoming, status: Status, why: String) -> Step {
+    let _ = answer(inc, &Reply::plain(status));
+    Step::Dropped(why)
+}
+
+/// Accepts the higher ranks on `listener` until all are connected or `deadline` passes.
+fn accept_peers(
+    listener: &TcpListener,
+    acceptor: &Acceptor<'_>,
+    socks: &mut [Option<TcpStream>],
+    deadline: Instant,
+) -> Result<()> {
+    let rank = acceptor.rank;
+    let mut pending: Vec<Incoming> = Vec::with_capacity(MAX_PENDING);
+    let mut missing = socks.iter().skip(rank + 1).filter(|s| s.is_none()).count();
+    let drop_conn = |inc: Incoming, why: &str| {
+        log::warn!("rank {rank}: dropped a connection from {}: {why}", inc.from);
+    };
+    while missing > 0 {
+        loop {
+            match listener.accept() {
+                Ok((sock, from)) => {
+                    if sock.set_nonblocking(true).is_err() {
+                        continue;
+                    }
+                    if pending.len() == MAX_PENDING {
+                        drop_conn(pending.remove(0), "too many handshakes at once");
+                    }
+                    pending.push(Incoming {
+                        sock,
+                        from,
+                        since: Instant::now(),
+                        buf: [0; HELLO_LEN],
+                        got: 0,
+                        challenged: None,
+                    });
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // Out of fds, a connection reset before accept: keep serving the others.
+                Err(e) => {
+                    log::warn!("rank {rank}: accept failed: {e}");
+                    break;
+                }
+            }
+        }
+        let mut i = 0;
+        while i < pending.len() {
+            let step = if pending[i].since.elapsed() > HANDSHAKE_TIMEOUT {
+                Step::Dropped("it did not finish the handshake in time".into())
+            } else {
+                acceptor.step(&mut pending[i], socks)
+            };
+            match step {
+                Step::Pending => i += 1,
+                Step::Done(peer) => {
+                    let inc = pending.swap_remove(i);
+                    configure(&inc.sock)?;
+                    socks[peer] = Some(inc.sock);
+                    missing -= 1;
+                }
+                Step::Dropped(why) => drop_conn(pending.swap_remove(i), &why),
+            }
+        }
+        if missing == 0 {
+            break;
+        }
+        let left = remaining(deadline).ok_or_else(|| {
+            let absent: Vec<String> = (rank + 1..socks.len())
+                .filter(|&p| socks[p].is_none())
+                .map(|p| p.to_string())
+                .collect();
+            Error::network(format!(
+                "rank {rank} timed out waiting for ranks [{}] to connect",
+                absent.join(", ")
+            ))
+        })?;
+        let mut fds: Vec<libc::pollfd> = std::iter::once(listener.as_raw_fd())
+            .chain(pending.iter().map(|p| p.sock.as_raw_fd()))
+            .map(|fd| pollfd(fd, libc::POLLIN))
+            .collect();
+        poll_fds(
+            &mut fds,
+            interrupt::slice(left.min(Duration::from_millis(100))),
+        );
+        interrupt::check()?;
+    }
+    Ok(())
 }
 
 fn configure(sock: &TcpStream) -> Result<()> {
@@ -117,9 +670,29 @@ fn configure(sock: &TcpStream) -> Result<()> {
         .map_err(|e| Error::network(format!("cannot configure socket: {e}")))
 }
 
+/// What a rank publishes under `{prefix}/addr/{rank}`: its listening address and the job id.
+fn published(addr: SocketAddr, job: u64) -> String {
+    format!("{addr} {job:016x}")
+}
+
+/// The address and job id rank `peer` published.
+fn peer_entry(
+    store: &dyn Store,
+    prefix: &str,
+    peer: usize,
+    deadline: Instant,
+) -> Result<(SocketAddr, u64)> {
+    let raw = store.get(&format!("{prefix}/addr/{peer}"), remaining(deadline))?;
+    let text = String::from_utf8_lossy(&raw);
+    text.split_once(' ')
+        .and_then(|(addr, job)| Some((addr.parse().ok()?, u64::from_str_radix(job, 16).ok()?)))
+        .ok_or_else(|| Error::network(format!("rank {peer} published a bad address {text:?}")))
+}
+
 /// Connects this rank to every other rank of the group: publishes its listening address under
 /// `{prefix}/addr/{rank}`, connects to every lower rank and accepts every higher one, all before
-/// `deadline`. The sockets come back non-blocking with TCP_NODELAY, indexed by rank.
+/// `deadline`, authenticating with `RUSTDIST_AUTH_KEY` when set. The sockets come back
+/// non-blocking with TCP_NODELAY, indexed by rank.
 pub fn connect_mesh(
     store: &dyn Store,
     prefix: &str,
@@ -128,69 +701,85 @@ pub fn connect_mesh(
     group: u32,
     deadline: Instant,
 ) -> Result<Vec<Option<TcpStream>>> {
+    let key = AuthKey::from_env();
+    connect_mesh_with(store, prefix, rank, size, group, deadline, key.as_ref())
+}
+
+/// [`connect_mesh`] with the auth key given (`None`: no authentication).
+pub fn connect_mesh_with(
+    store: &dyn Store,
+    prefix: &str,
+    rank: usize,
+    size: usize,
+    group: u32,
+    deadline: Instant,
+    key: Option<&AuthKey>,
+) -> Result<Vec<Option<TcpStream>>> {
     let mut socks: Vec<Option<TcpStream>> = (0..size).map(|_| None).collect();
     if size <= 1 {
         return Ok(socks);
     }
-    let listener = TcpListener::bind((listen_ip()?, 0))
-        .map_err(|e| Error::network(format!("cannot listen: {e}")))?;
+    let size32 = u32::try_from(size).map_err(|_| Error::invalid("world size exceeds u32"))?;
+    let ip = listen_ip()?;
+    let listener = TcpListener::bind((ip, 0))
+        .map_err(|e| Error::network(format!("cannot listen on {ip}: {e}")))?;
     let addr = listener
         .local_addr()
         .map_err(|e| Error::network(format!("cannot read listening address: {e}")))?;
+    // Rank 0 draws the job id; the others learn it with rank 0's address.
+    let first = match rank {
+        0 => None,
+        _ => Some(peer_entry(store, prefix, 0, deadline)?),
+    };
+    let job = match first {
+        Some((_, job)) => job,
+        None => {
+            let n = auth::nonce()?;
+            u64::from_le_bytes([n[0], n[1], n[2], n[3], n[4], n[5], n[6], n[7]])
+        }
+    };
     store.set(
         &format!("{prefix}/addr/{rank}"),
-        addr.to_string().as_bytes(),
+        published(addr, job).as_bytes(),
     )?;
     for (peer, slot) in socks.iter_mut().enumerate().take(rank) {
-        let raw = store.get(&format!("{prefix}/addr/{peer}"), remaining(deadline))?;
-        let text = String::from_utf8_lossy(&raw);
-        let peer_addr: SocketAddr = text
-            .parse()
-            .map_err(|_| Error::network(format!("rank {peer} published a bad address {text:?}")))?;
+        let (peer_addr, peer_job) = match (peer, first) {
+            (0, Some(entry)) => entry,
+            _ => peer_entry(store, prefix, peer, deadline)?,
+        };
+        if peer_job != job {
+            return Err(Error::network(format!(
+                "rank {peer} published an address of another job under {prefix:?} (job \
+                 {peer_job:#x}, rank 0's is {job:#x}): stale keys in the store?"
+            )));
+        }
         let mut sock = connect_with_retry(peer_addr, deadline, peer)?;
-        sock.write_all(&hello(group, rank))
-            .map_err(|e| Error::network(format!("cannot greet rank {peer}: {e}")))?;
+        let hello = Hello {
+            job,
+            group,
+            size: size32,
+            rank: rank as u64,
+            auth: key.is_some(),
+            nonce: match key {
+                Some(_) => auth::nonce()?,
+                None => [0; NONCE_LEN],
+            },
+        };
+        greet(&mut sock, &hello, key, peer, peer_addr, deadline)?;
         configure(&sock)?;
         *slot = Some(sock);
     }
     listener
         .set_nonblocking(true)
         .map_err(|e| Error::network(format!("cannot configure listener: {e}")))?;
-    let mut missing = size - 1 - rank;
-    while missing > 0 {
-        match listener.accept() {
-            Ok((mut sock, _)) => {
-                sock.set_nonblocking(false).ok();
-                match read_hello(&mut sock, group, size, deadline) {
-                    Some(peer) if peer > rank && socks[peer].is_none() => {
-                        configure(&sock)?;
-                        socks[peer] = Some(sock);
-                        missing -= 1;
-                    }
-                    // Not one of ours (a stray or duplicate connection): drop it.
-                    _ => drop(sock),
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                let left = remaining(deadline).ok_or_else(|| {
-                    let absent: Vec<String> = (rank + 1..size)
-                        .filter(|&p| socks[p].is_none())
-                        .map(|p| p.to_string())
-                        .collect();
-                    Error::network(format!(
-                        "rank {rank} timed out waiting for ranks [{}] to connect",
-                        absent.join(", ")
-                    ))
-                })?;
-                poll_fds(
-                    &mut [pollfd(listener.as_raw_fd(), libc::POLLIN)],
-                    interrupt::slice(left.min(Duration::from_millis(100))),
-                );
-                interrupt::check()?;
-            }
-            Err(e) => return Err(Error::network(format!("accept failed: {e}"))),
-        }
-    }
+    let acceptor = Acceptor {
+        rank,
+        size,
+        group,
+        job,
+        key,
+    };
+    accept_peers(&listener, &acceptor, &mut socks, deadline)?;
     Ok(socks)
 }
 
@@ -208,3 +797,6 @@ pub fn poll_fds(fds: &mut [libc::pollfd], timeout: Duration) {
     // SAFETY: `fds` is a valid, exclusively borrowed array of pollfd for the call's duration.
     unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
 }
+
+#[cfg(test)]
+mod tests;

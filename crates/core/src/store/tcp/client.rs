@@ -1,15 +1,19 @@
 //! The TCP store client: one connection, one request at a time. Every exchange has a deadline
 //! that bounds each socket read and write, so a frozen or vanished server cannot hang a call.
+//! With an auth key, every new connection authenticates both ways before its first request.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::{Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::protocol::{read_frame, Request, Response};
+use super::protocol::{read_frame, Request, Response, MAX_AUTH_FRAME, MAX_FRAME};
+use super::server::{CLIENT_LABEL, SERVER_LABEL};
+use crate::auth::{self, AuthKey};
 use crate::error::{Error, Result};
 use crate::interrupt;
+use crate::netio::{timed_out, DeadlineIo};
 use crate::store::{deadline_after, wait_timeout_error};
 
 /// How much longer than its wait a blocking request may take before the client gives up on
@@ -24,60 +28,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// A stream whose every read and write fails with `TimedOut` once `deadline` has passed.
-/// Reads wait in slices so that an interruption is noticed (`interrupted` then says so).
-struct DeadlineIo<'a> {
-    stream: &'a mut TcpStream,
-    deadline: Instant,
-    interrupted: bool,
-}
-
-impl DeadlineIo<'_> {
-    fn remaining(&self) -> io::Result<Duration> {
-        let now = Instant::now();
-        if now >= self.deadline {
-            return Err(io::ErrorKind::TimedOut.into());
-        }
-        Ok(self.deadline - now)
-    }
-}
-
-impl Read for DeadlineIo<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        loop {
-            self.stream
-                .set_read_timeout(Some(interrupt::slice(self.remaining()?)))?;
-            match self.stream.read(buf) {
-                Err(e) if timed_out(&e) => {
-                    if interrupt::check().is_err() {
-                        // Not ErrorKind::Interrupted: readers retry on that.
-                        self.interrupted = true;
-                        return Err(io::Error::other("interrupted"));
-                    }
-                }
-                other => return other,
-            }
-        }
-    }
-}
-
-impl Write for DeadlineIo<'_> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.stream.set_write_timeout(Some(self.remaining()?))?;
-        self.stream.write(buf)
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        self.stream.flush()
-    }
-}
-
-fn timed_out(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
-    )
-}
-
 /// Idle connections kept for reuse; more exist only while that many calls run at once.
 const MAX_IDLE: usize = 4;
 
@@ -90,17 +40,19 @@ pub struct Client {
     /// mid-frame); the next call opens a new one.
     idle: Mutex<Vec<TcpStream>>,
     timeout: Mutex<Duration>,
+    key: Option<AuthKey>,
 }
 
 impl Client {
     /// Connects (retrying until `timeout`, since the server may start later) and announces
-    /// itself to the server.
-    pub fn connect(host: &str, port: u16, timeout: Duration) -> Result<Self> {
+    /// itself to the server. A failed authentication fails at once (`Error::Network`).
+    pub fn connect(host: &str, port: u16, timeout: Duration, key: Option<AuthKey>) -> Result<Self> {
         let client = Client {
             host: host.to_owned(),
             port,
             idle: Mutex::new(Vec::new()),
             timeout: Mutex::new(timeout),
+            key,
         };
         let deadline = deadline_after(timeout);
         loop {
@@ -113,7 +65,8 @@ impl Client {
             match hello {
                 Ok(Response::Ok) => return Ok(client),
                 Ok(other) => return Err(unexpected(other)),
-                Err(Error::Interrupted) => return Err(Error::Interrupted),
+                // Interrupted, refused authentication, or the deadline passed while dialling.
+                Err(e @ (Error::Interrupted | Error::Network(_))) => return Err(e),
                 Err(_) if Instant::now() + REJOIN_PAUSE < deadline => {
                     lock(&client.idle).clear();
                     thread::sleep(REJOIN_PAUSE);
@@ -131,9 +84,70 @@ impl Client {
         *lock(&self.timeout) = timeout;
     }
 
+    /// Opens an authenticated connection (see [`Client::open`]).
+    fn dial(&self, deadline: Instant) -> Result<TcpStream> {
+        let mut stream = self.open(deadline)?;
+        if let Some(key) = &self.key {
+            self.authenticate(key, &mut stream, deadline)?;
+        }
+        Ok(stream)
+    }
+
+    /// The client's side of the exchange in [`crate::auth`]: its nonce, the server's proof
+    /// checked, its own proof. Any failure is `Error::Network` saying "authentication failed".
+    fn authenticate(&self, key: &AuthKey, stream: &mut TcpStream, deadline: Instant) -> Result<()> {
+        let failed = |why: String| self.auth_failed(&why);
+        let mut io = DeadlineIo::new(stream, deadline);
+        let mut exchange = |req: Request| -> Result<Response> {
+            let frame = io
+                .write_all(&req.encode())
+                .and_then(|()| read_frame(&mut io, MAX_AUTH_FRAME))
+                .and_then(|f| f.ok_or_else(|| io::ErrorKind::UnexpectedEof.into()));
+            if io.interrupted {
+                return Err(Error::Interrupted);
+            }
+            let frame =
+                frame.map_err(|e| failed(format!("{e} (is RUSTDIST_AUTH_KEY set alike?)")))?;
+            Response::decode(&frame).map_err(|e| failed(e.to_string()))
+        };
+        let client_nonce = auth::nonce()?;
+        let (nonce, tag) = match exchange(Request::AuthInit {
+            nonce: client_nonce,
+        })? {
+            Response::Challenge { nonce, tag } => (nonce, tag),
+            Response::AuthFailed(msg) => return Err(failed(msg)),
+            _ => {
+                return Err(failed(
+                    "the server does not speak rustdist's protocol".into(),
+                ))
+            }
+        };
+        // Our proof goes out even when the server's fails, so that the server logs the refusal.
+        let server_ok = key.verify(SERVER_LABEL, &[&client_nonce, &nonce], &tag);
+        let proof = key.tag(CLIENT_LABEL, &[&client_nonce, &nonce]);
+        let answer = exchange(Request::AuthProof { tag: proof });
+        if !server_ok {
+            return Err(failed(
+                "the server's RUSTDIST_AUTH_KEY differs from this client's".into(),
+            ));
+        }
+        match answer? {
+            Response::Ok => Ok(()),
+            Response::AuthFailed(msg) => Err(failed(msg)),
+            _ => Err(failed("unexpected answer".into())),
+        }
+    }
+
+    fn auth_failed(&self, why: &str) -> Error {
+        Error::network(format!(
+            "TCPStore: authentication failed with the server at ({}, {}): {why}",
+            self.host, self.port
+        ))
+    }
+
     /// Opens a connection, retrying with backoff until `deadline` (torch's error type for a
     /// server that never answers: DistNetworkError).
-    fn dial(&self, deadline: Instant) -> Result<TcpStream> {
+    fn open(&self, deadline: Instant) -> Result<TcpStream> {
         let mut pause = Duration::from_millis(10);
         let started = Instant::now();
         loop {
@@ -188,21 +202,19 @@ impl Client {
                 .dial(deadline)
                 .map_err(|e| Error::store(e.to_string()))?,
         };
-        let mut io = DeadlineIo {
-            stream: &mut stream,
-            deadline,
-            interrupted: false,
-        };
+        let mut io = DeadlineIo::new(&mut stream, deadline);
         let exchanged = io
             .write_all(&req.encode())
-            .and_then(|()| read_frame(&mut io))
+            .and_then(|()| read_frame(&mut io, MAX_FRAME))
             .and_then(|frame| frame.ok_or_else(|| io::ErrorKind::UnexpectedEof.into()));
         // An interrupted exchange drops its connection: the answer may still come.
         if io.interrupted {
             return Err(Error::Interrupted);
         }
-        let decoded = match exchanged {
-            Ok(frame) => Response::decode(&frame),
+        let decoded = match exchanged.map(|frame| Response::decode(&frame)) {
+            // The server closes a connection it refused: it does not go back to the pool.
+            Ok(Ok(Response::AuthFailed(why))) => return Err(self.auth_failed(&why)),
+            Ok(decoded) => decoded,
             Err(e) if timed_out(&e) => Err(Error::store(format!(
                 "TCPStore: no answer from the server at ({}, {}) within {}ms",
                 self.host,

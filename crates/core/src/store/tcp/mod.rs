@@ -3,12 +3,17 @@
 //! Unlike torch, internal bookkeeping (workers announcing themselves for `wait_for_workers`)
 //! lives outside the key space, so `num_keys` counts only the keys users wrote: a fresh store
 //! reports 0 where torch reports 1.
+//!
+//! The master listens on `host` when that is an address of this machine (see
+//! [`server::bind_address`]), else on every interface, as torch does. With an auth key
+//! (`RUSTDIST_AUTH_KEY`) every connection authenticates both ways before anything else.
 
 use std::net::TcpListener;
 use std::os::fd::{BorrowedFd, RawFd};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use crate::auth::AuthKey;
 use crate::error::{Error, Result};
 use crate::store::{check_multi_set, deadline_after, Store, DEFAULT_TIMEOUT};
 
@@ -25,7 +30,9 @@ pub use server::TcpServer;
 /// Arguments of torch's `TCPStore(...)` (`use_libuv` has no equivalent: ignored).
 #[derive(Debug, Clone)]
 pub struct TcpStoreOptions {
-    /// Where clients connect; the master listens on every interface.
+    /// Where clients connect; the master listens there (every interface for `0.0.0.0`, an
+    /// empty host, or a name or address that is not this machine's own; see
+    /// [`server::bind_address`]).
     pub host: String,
     /// 0 on the master: any free port ([`TcpStore::port`] reports it).
     pub port: u16,
@@ -41,6 +48,8 @@ pub struct TcpStoreOptions {
     /// A socket already bound and listening, for the master to serve on (it is duplicated;
     /// the caller keeps its own fd).
     pub master_listen_fd: Option<RawFd>,
+    /// The shared secret both ends authenticate with (default: `RUSTDIST_AUTH_KEY`).
+    pub auth_key: Option<AuthKey>,
 }
 
 impl Default for TcpStoreOptions {
@@ -54,6 +63,7 @@ impl Default for TcpStoreOptions {
             wait_for_workers: true,
             multi_tenant: false,
             master_listen_fd: None,
+            auth_key: AuthKey::from_env(),
         }
     }
 }
@@ -84,10 +94,11 @@ fn master_server(opts: &TcpStoreOptions) -> Result<Arc<TcpServer>> {
         let owned = borrowed
             .try_clone_to_owned()
             .map_err(|e| Error::invalid(format!("master_listen_fd {fd}: {e}")))?;
-        return TcpServer::start(TcpListener::from(owned)).map(Arc::new);
+        return TcpServer::start(TcpListener::from(owned), opts.auth_key.clone()).map(Arc::new);
     }
+    let listen = || server::listen(&opts.host, opts.port);
     if !opts.multi_tenant {
-        return TcpServer::start(server::listen(opts.port)?).map(Arc::new);
+        return TcpServer::start(listen()?, opts.auth_key.clone()).map(Arc::new);
     }
     let mut tenants = TENANTS.lock().unwrap_or_else(|p| p.into_inner());
     tenants.retain(|(_, w)| w.strong_count() > 0);
@@ -98,7 +109,7 @@ fn master_server(opts: &TcpStoreOptions) -> Result<Arc<TcpServer>> {
     if let Some(server) = live {
         return Ok(server);
     }
-    let server = Arc::new(TcpServer::start(server::listen(opts.port)?)?);
+    let server = Arc::new(TcpServer::start(listen()?, opts.auth_key.clone())?);
     tenants.push((server.port(), Arc::downgrade(&server)));
     Ok(server)
 }
@@ -132,7 +143,7 @@ impl TcpStore {
                 "TCPStore: port 0 (any free port) is only valid on the master",
             ));
         }
-        let client = Client::connect(&opts.host, port, opts.timeout)?;
+        let client = Client::connect(&opts.host, port, opts.timeout, opts.auth_key)?;
         if let (Some(server), Some(n), true) = (&server, opts.world_size, opts.wait_for_workers) {
             server.wait_workers(n, deadline_after(opts.timeout))?;
         }

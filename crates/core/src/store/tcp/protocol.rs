@@ -2,14 +2,21 @@
 //! by that many bytes; a request frame starts with an opcode, a response frame with a status.
 //! Decoding trusts nothing: claimed lengths are checked against the bytes present, and
 //! [`read_frame`] grows its buffer only as bytes arrive.
+//!
+//! With `RUSTDIST_AUTH_KEY` set, a connection opens with [`Request::AuthInit`] (the client's
+//! nonce), [`Response::Challenge`] (the server's nonce and its proof),
+//! [`Request::AuthProof`] (the client's proof) and [`Response::Ok`]; see [`crate::auth`].
 
 use std::io::{self, Read};
 
+use crate::auth::{Nonce, Tag};
 use crate::error::{Error, Result};
 use crate::store::codec::{Reader, Writer};
 
 /// The largest frame either side accepts; a peer claiming more is dropped at once.
 pub const MAX_FRAME: usize = 256 << 20;
+/// The largest frame a server expecting authentication reads before the client proved itself.
+pub const MAX_AUTH_FRAME: usize = 128;
 /// Bytes read per step while a frame arrives (what a frame's buffer may exceed its bytes by).
 const CHUNK: usize = 64 << 10;
 
@@ -24,6 +31,8 @@ const OP_DELETE: u8 = 8;
 const OP_MULTI_SET: u8 = 9;
 const OP_NUM_KEYS: u8 = 10;
 const OP_WAIT: u8 = 11;
+const OP_AUTH_INIT: u8 = 12;
+const OP_AUTH_PROOF: u8 = 13;
 
 const RE_OK: u8 = 0;
 const RE_BYTES: u8 = 1;
@@ -32,6 +41,8 @@ const RE_INT: u8 = 3;
 const RE_BOOL: u8 = 4;
 const RE_TIMEOUT: u8 = 5;
 const RE_ERROR: u8 = 6;
+const RE_CHALLENGE: u8 = 7;
+const RE_AUTH_FAILED: u8 = 8;
 
 /// A client request. Blocking requests carry the client's wait in milliseconds, so the server
 /// gives up (and answers [`Response::Timeout`]) when the client would.
@@ -76,6 +87,14 @@ pub enum Request {
         keys: Vec<String>,
         timeout_ms: u64,
     },
+    /// Opens authentication: the client's challenge.
+    AuthInit {
+        nonce: Nonce,
+    },
+    /// The client's proof over both challenges.
+    AuthProof {
+        tag: Tag,
+    },
 }
 
 /// A server response.
@@ -90,6 +109,13 @@ pub enum Response {
     Timeout(Vec<String>),
     /// The request failed (e.g. `add` on a non-integer value).
     Error(String),
+    /// The server's challenge and its proof over both challenges.
+    Challenge {
+        nonce: Nonce,
+        tag: Tag,
+    },
+    /// Authentication failed (the reason); the server closes the connection.
+    AuthFailed(String),
 }
 
 /// A frame: the length, then what `body` writes.
@@ -130,6 +156,8 @@ impl Request {
                 }
                 Request::NumKeys => w.u8(OP_NUM_KEYS),
                 Request::Wait { keys, timeout_ms } => w.u8(OP_WAIT).strs(keys).u64(*timeout_ms),
+                Request::AuthInit { nonce } => w.u8(OP_AUTH_INIT).raw(nonce),
+                Request::AuthProof { tag } => w.u8(OP_AUTH_PROOF).raw(tag),
             };
         })
     }
@@ -171,6 +199,8 @@ impl Request {
                 keys: r.strs()?,
                 timeout_ms: r.u64()?,
             },
+            OP_AUTH_INIT => Request::AuthInit { nonce: r.array()? },
+            OP_AUTH_PROOF => Request::AuthProof { tag: r.array()? },
             op => {
                 return Err(Error::store(format!(
                     "malformed message: unknown opcode {op}"
@@ -194,6 +224,8 @@ impl Response {
                 Response::Bool(b) => w.u8(RE_BOOL).u8(u8::from(*b)),
                 Response::Timeout(keys) => w.u8(RE_TIMEOUT).strs(keys),
                 Response::Error(msg) => w.u8(RE_ERROR).bytes(msg.as_bytes()),
+                Response::Challenge { nonce, tag } => w.u8(RE_CHALLENGE).raw(nonce).raw(tag),
+                Response::AuthFailed(msg) => w.u8(RE_AUTH_FAILED).bytes(msg.as_bytes()),
             };
         })
     }
@@ -208,6 +240,13 @@ impl Response {
             RE_BOOL => Response::Bool(r.u8()? != 0),
             RE_TIMEOUT => Response::Timeout(r.strs()?),
             RE_ERROR => Response::Error(String::from_utf8_lossy(&r.bytes()?).into_owned()),
+            RE_CHALLENGE => Response::Challenge {
+                nonce: r.array()?,
+                tag: r.array()?,
+            },
+            RE_AUTH_FAILED => {
+                Response::AuthFailed(String::from_utf8_lossy(&r.bytes()?).into_owned())
+            }
             s => {
                 return Err(Error::store(format!(
                     "malformed response: unknown status {s}"
@@ -220,9 +259,9 @@ impl Response {
 }
 
 /// Reads one frame's body. `Ok(None)` on a clean end of stream before a frame starts; an
-/// error on a frame longer than [`MAX_FRAME`] or cut short. Memory grows with the bytes that
-/// actually arrive (at most [`CHUNK`] ahead), never with the claimed length.
-pub fn read_frame(r: &mut impl Read) -> io::Result<Option<Vec<u8>>> {
+/// error on a frame longer than `max` bytes (at most [`MAX_FRAME`]) or cut short. Memory grows
+/// with the bytes that actually arrive (at most [`CHUNK`] ahead), never with the claimed length.
+pub fn read_frame(r: &mut impl Read, max: usize) -> io::Result<Option<Vec<u8>>> {
     let mut header = [0u8; 4];
     let mut got = 0;
     while got < 4 {
@@ -235,10 +274,11 @@ pub fn read_frame(r: &mut impl Read) -> io::Result<Option<Vec<u8>>> {
         }
     }
     let len = u32::from_le_bytes(header) as usize;
-    if len > MAX_FRAME {
+    let max = max.min(MAX_FRAME);
+    if len > max {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
-            format!("frame of {len} bytes exceeds the {MAX_FRAME}-byte limit"),
+            format!("frame of {len} bytes exceeds the {max}-byte limit"),
         ));
     }
     let mut buf = Vec::new();
@@ -303,6 +343,8 @@ mod tests {
                 keys: vec!["w".into()],
                 timeout_ms: u64::MAX,
             },
+            Request::AuthInit { nonce: [3; 32] },
+            Request::AuthProof { tag: [4; 32] },
         ];
         for req in reqs {
             assert_eq!(Request::decode(body(&req.encode())).unwrap(), req);
@@ -315,6 +357,11 @@ mod tests {
             Response::Bool(true),
             Response::Timeout(vec!["k".into()]),
             Response::Error("bad".into()),
+            Response::Challenge {
+                nonce: [5; 32],
+                tag: [6; 32],
+            },
+            Response::AuthFailed("no".into()),
         ];
         for resp in resps {
             assert_eq!(Response::decode(body(&resp.encode())).unwrap(), resp);
@@ -331,14 +378,25 @@ mod tests {
         );
         assert!(Request::decode(&[OP_SET, 0xff, 0xff, 0xff, 0xff]).is_err());
         assert!(Response::decode(&[99]).is_err());
+        assert!(
+            Request::decode(&[OP_AUTH_INIT, 1, 2]).is_err(),
+            "short nonce"
+        );
+        assert!(Response::decode(&[RE_CHALLENGE; 40]).is_err(), "short tag");
         // Frames: too long, cut short, clean end.
         let huge = (1u32 << 30).to_le_bytes();
-        assert!(read_frame(&mut &huge[..]).is_err());
+        assert!(read_frame(&mut &huge[..], MAX_FRAME).is_err());
         let cut = [10u8, 0, 0, 0, 1, 2];
-        assert!(read_frame(&mut &cut[..]).is_err());
-        assert!(read_frame(&mut &[1u8, 0][..]).is_err());
-        assert_eq!(read_frame(&mut &[][..]).unwrap(), None);
+        assert!(read_frame(&mut &cut[..], MAX_FRAME).is_err());
+        assert!(read_frame(&mut &[1u8, 0][..], MAX_FRAME).is_err());
+        assert_eq!(read_frame(&mut &[][..], MAX_FRAME).unwrap(), None);
         let ok = [2u8, 0, 0, 0, 7, 8];
-        assert_eq!(read_frame(&mut &ok[..]).unwrap(), Some(vec![7, 8]));
+        assert_eq!(
+            read_frame(&mut &ok[..], MAX_FRAME).unwrap(),
+            Some(vec![7, 8])
+        );
+        // Before authentication only small frames are read.
+        let big = [200u8, 0, 0, 0];
+        assert!(read_frame(&mut &big[..], MAX_AUTH_FRAME).is_err());
     }
 }

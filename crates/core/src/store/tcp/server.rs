@@ -1,10 +1,14 @@
 //! The TCP store server: one thread accepts, one thread serves each connection (capped), so a
 //! slow or hostile client only ever holds its own thread. A client that sends anything
-//! malformed is disconnected; the others never notice.
+//! malformed is disconnected; the others never notice. With an [`AuthKey`], a client must
+//! authenticate before anything else it sends is read (see [`crate::auth`]); one that does not
+//! is refused and logged.
 
 use std::collections::HashMap;
 use std::io::{self, Write};
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{
+    IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs, UdpSocket,
+};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -13,7 +17,8 @@ use std::time::{Duration, Instant};
 
 use socket2::{Domain, Socket, Type};
 
-use super::protocol::{read_frame, Request, Response};
+use super::protocol::{read_frame, Request, Response, MAX_AUTH_FRAME, MAX_FRAME};
+use crate::auth::{self, AuthKey};
 use crate::error::{Error, Result};
 use crate::interrupt;
 use crate::store::deadline_after;
@@ -29,6 +34,11 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
 const ACCEPT_POLL_MS: libc::c_int = 100;
 /// How long dropping the server waits for its connection threads to exit.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a client may take to authenticate before it is dropped.
+const AUTH_TIMEOUT: Duration = Duration::from_secs(10);
+/// Labels of the two proofs (a client's proof can never pass as the server's).
+pub(crate) const CLIENT_LABEL: &[u8] = b"rustdist store client v1";
+pub(crate) const SERVER_LABEL: &[u8] = b"rustdist store server v1";
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -45,6 +55,7 @@ struct Conns {
 #[derive(Default)]
 struct Shared {
     kv: MemKv,
+    key: Option<AuthKey>,
     stop: AtomicBool,
     conns: Mutex<Conns>,
     conns_changed: Condvar,
@@ -62,9 +73,33 @@ pub struct TcpServer {
     acceptor: Option<JoinHandle<()>>,
 }
 
-/// Binds `port` (0: any free port) on every interface, IPv6 dual-stack when available, with
-/// SO_REUSEADDR so a restarted store can bind the same port at once.
-pub fn listen(port: u16) -> Result<TcpListener> {
+/// The address the server for `host` binds: `host` itself when it is (or names) an address of
+/// this machine, else `None`: every interface. Empty, `0.0.0.0` and `::` mean every interface,
+/// as in torch; `localhost` means 127.0.0.1. Another name that resolves only to loopback (a
+/// hostname mapped to 127.0.1.1 in /etc/hosts, which other hosts resolve elsewhere) and an
+/// address this machine does not have (behind NAT) also listen everywhere, so that clients
+/// elsewhere still reach the server as they do torch's.
+pub fn bind_address(host: &str) -> Option<IpAddr> {
+    let local = |ip: IpAddr| UdpSocket::bind((ip, 0)).is_ok();
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return (!ip.is_unspecified() && local(ip)).then_some(ip);
+    }
+    if host.is_empty() {
+        return None;
+    }
+    let addrs: Vec<IpAddr> = (host, 0).to_socket_addrs().ok()?.map(|a| a.ip()).collect();
+    addrs
+        .iter()
+        .copied()
+        .find(|ip| !ip.is_loopback() && local(*ip))
+        // IPv4 loopback, which clients naming "localhost" or "127.0.0.1" both reach.
+        .or_else(|| (host == "localhost").then_some(IpAddr::V4(Ipv4Addr::LOCALHOST)))
+}
+
+/// Binds `port` (0: any free port) on the address [`bind_address`] picks for `host`, or on
+/// every interface (IPv6 dual-stack when available), with SO_REUSEADDR so a restarted store
+/// can bind the same port at once.
+pub fn listen(host: &str, port: u16) -> Result<TcpListener> {
     let bind = |domain: Domain, addr: SocketAddr| -> io::Result<TcpListener> {
         let s = Socket::new(domain, Type::STREAM, None)?;
         if domain == Domain::IPV6 {
@@ -75,23 +110,30 @@ pub fn listen(port: u16) -> Result<TcpListener> {
         s.listen(1024)?;
         Ok(s.into())
     };
-    let v6 = bind(Domain::IPV6, (Ipv6Addr::UNSPECIFIED, port).into());
-    let listener = match v6 {
-        Ok(l) => Ok(l),
-        Err(e) if e.kind() == io::ErrorKind::AddrInUse => Err(e),
-        Err(_) => bind(Domain::IPV4, (Ipv4Addr::UNSPECIFIED, port).into()),
+    let listener = match bind_address(host) {
+        Some(ip) => bind(Domain::for_address((ip, port).into()), (ip, port).into()),
+        None => match bind(Domain::IPV6, (Ipv6Addr::UNSPECIFIED, port).into()) {
+            Ok(l) => Ok(l),
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse => Err(e),
+            Err(_) => bind(Domain::IPV4, (Ipv4Addr::UNSPECIFIED, port).into()),
+        },
     };
-    listener.map_err(|e| Error::network(format!("TCPStore: cannot listen on port {port}: {e}")))
+    listener
+        .map_err(|e| Error::network(format!("TCPStore: cannot listen on ({host}, {port}): {e}")))
 }
 
 impl TcpServer {
-    /// Serves on `listener` (already bound and listening) until dropped.
-    pub fn start(listener: TcpListener) -> Result<Self> {
+    /// Serves on `listener` (already bound and listening) until dropped; with `key`, only to
+    /// clients that authenticate with it.
+    pub fn start(listener: TcpListener, key: Option<AuthKey>) -> Result<Self> {
         let setup = |e: io::Error| Error::network(format!("TCPStore server: {e}"));
         let port = listener.local_addr().map_err(setup)?.port();
         listener.set_nonblocking(true).map_err(setup)?;
         let listen_fd = listener.as_raw_fd();
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Shared {
+            key,
+            ..Shared::default()
+        });
         let acceptor = {
             let shared = Arc::clone(&shared);
             thread::Builder::new()
@@ -149,6 +191,51 @@ impl Drop for TcpServer {
         }
         self.shared.wait_conns_closed(deadline_after(DRAIN_TIMEOUT));
     }
+}
+
+/// The authentication exchange at the start of a connection. A refused client is told why
+/// (`Err(Some(why))`, for the log); `Err(None)`: it hung up before sending anything.
+fn authenticate(key: &AuthKey, stream: &mut TcpStream) -> std::result::Result<(), Option<String>> {
+    let io = |e: io::Error| Some(e.to_string());
+    let refuse = |stream: &mut TcpStream, why: &str| {
+        let _ = stream.write_all(&Response::AuthFailed(why.to_owned()).encode());
+        Some(why.to_owned())
+    };
+    stream.set_read_timeout(Some(AUTH_TIMEOUT)).map_err(io)?;
+    let first = read_frame(stream, MAX_AUTH_FRAME)
+        .map_err(io)?
+        .ok_or(None)?;
+    let Ok(Request::AuthInit {
+        nonce: client_nonce,
+    }) = Request::decode(&first)
+    else {
+        return Err(refuse(
+            stream,
+            "this TCPStore server requires RUSTDIST_AUTH_KEY, and the client did not authenticate",
+        ));
+    };
+    let nonce = auth::nonce().map_err(|e| Some(e.to_string()))?;
+    let tag = key.tag(SERVER_LABEL, &[&client_nonce, &nonce]);
+    stream
+        .write_all(&Response::Challenge { nonce, tag }.encode())
+        .map_err(io)?;
+    let proof = read_frame(stream, MAX_AUTH_FRAME)
+        .map_err(io)?
+        .ok_or_else(|| Some("the client hung up during authentication".to_owned()))?;
+    match Request::decode(&proof) {
+        Ok(Request::AuthProof { tag })
+            if key.verify(CLIENT_LABEL, &[&client_nonce, &nonce], &tag) => {}
+        _ => {
+            return Err(refuse(
+                stream,
+                "the client's RUSTDIST_AUTH_KEY differs from the TCPStore server's",
+            ))
+        }
+    }
+    stream
+        .write_all(&Response::Ok.encode())
+        .and_then(|()| stream.set_read_timeout(None))
+        .map_err(io)
 }
 
 impl Shared {
@@ -235,7 +322,21 @@ impl Shared {
 
     /// Answers requests until the client leaves, misbehaves, or the server stops.
     fn serve(&self, mut stream: TcpStream) {
-        while let Ok(Some(frame)) = read_frame(&mut stream) {
+        if let Some(key) = &self.key {
+            match authenticate(key, &mut stream) {
+                Ok(()) => {}
+                // Left before saying anything (a probe, a client giving up): nothing to report.
+                Err(None) => return,
+                Err(Some(why)) => {
+                    let from = stream.peer_addr().map_or("?".into(), |a| a.to_string());
+                    log::warn!(
+                        "TCPStore: refused a client from {from}: authentication failed: {why}"
+                    );
+                    return;
+                }
+            }
+        }
+        while let Ok(Some(frame)) = read_frame(&mut stream, MAX_FRAME) {
             if self.stopping() {
                 return;
             }
@@ -325,6 +426,11 @@ impl Shared {
             Request::Wait { keys, timeout_ms } => {
                 return self.wait(stream, &keys, timeout_ms, false)
             }
+            // Authentication belongs at the start of a connection, and only with a key.
+            Request::AuthInit { .. } if self.key.is_none() => Response::AuthFailed(
+                "RUSTDIST_AUTH_KEY is set on this client but not on the TCPStore server".into(),
+            ),
+            Request::AuthInit { .. } | Request::AuthProof { .. } => return None,
         })
     }
 }

@@ -1,7 +1,7 @@
 //! TCP store tests: the common conformance suite, server lifetime and options, and hostile
 //! clients against the server.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use super::protocol::{read_frame, Request, Response, MAX_FRAME};
 use super::*;
+use crate::auth::AuthKey;
 use crate::store::hash::conformance;
+use crate::testutil::{assert_memory_flat, closed_by_peer, ran_in_child, rss_bytes};
 
 fn master(timeout: Duration) -> TcpStore {
     TcpStore::new(TcpStoreOptions {
@@ -30,26 +32,20 @@ fn client_of(port: u16, timeout: Duration) -> TcpStore {
     .unwrap()
 }
 
+fn keyed(key: &[u8]) -> Option<AuthKey> {
+    AuthKey::new(key)
+}
+
 fn raw(port: u16) -> TcpStream {
     let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     s
 }
 
-/// True when the server closed `s` (EOF or reset), after sending nothing back.
-fn closed_by_server(s: &mut TcpStream) -> bool {
-    let mut buf = [0u8; 16];
-    match s.read(&mut buf) {
-        Ok(0) => true,
-        Ok(_) => false,
-        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
-    }
-}
-
 /// A raw request/response exchange.
 fn exchange(s: &mut TcpStream, req: &Request) -> Response {
     s.write_all(&req.encode()).unwrap();
-    Response::decode(&read_frame(s).unwrap().unwrap()).unwrap()
+    Response::decode(&read_frame(s, MAX_FRAME).unwrap().unwrap()).unwrap()
 }
 
 /// The server still answers a normal client promptly.
@@ -59,13 +55,6 @@ fn assert_serving(port: u16) {
     c.set("alive", b"yes").unwrap();
     assert_eq!(c.get("alive", None).unwrap(), b"yes");
     assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
-}
-
-fn rss_bytes() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
-    let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
-    // SAFETY: sysconf has no preconditions.
-    pages * unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64
 }
 
 #[test]
@@ -92,7 +81,11 @@ fn store_tcp_timeouts_and_wakeups() {
 
 #[test]
 fn store_tcp_client_retries_until_master_starts() {
-    let port = server::listen(0).unwrap().local_addr().unwrap().port();
+    let port = server::listen("127.0.0.1", 0)
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let client = thread::spawn(move || {
         TcpStore::new(TcpStoreOptions {
             port,
@@ -115,7 +108,11 @@ fn store_tcp_client_retries_until_master_starts() {
 
 #[test]
 fn store_tcp_connect_timeout_is_network_error() {
-    let port = server::listen(0).unwrap().local_addr().unwrap().port();
+    let port = server::listen("127.0.0.1", 0)
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let t = Instant::now();
     let err = TcpStore::new(TcpStoreOptions {
         port,
@@ -138,7 +135,11 @@ fn store_tcp_connect_timeout_is_network_error() {
 
 #[test]
 fn store_tcp_wait_for_workers() {
-    let port = server::listen(0).unwrap().local_addr().unwrap().port();
+    let port = server::listen("127.0.0.1", 0)
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let opts = TcpStoreOptions {
         port,
         is_master: true,
@@ -231,7 +232,7 @@ fn store_tcp_multi_tenant_shares_server() {
 
 #[test]
 fn store_tcp_master_listen_fd() {
-    let listener = server::listen(0).unwrap();
+    let listener = server::listen("127.0.0.1", 0).unwrap();
     let port = listener.local_addr().unwrap().port();
     let m = TcpStore::new(TcpStoreOptions {
         port,
@@ -255,12 +256,12 @@ fn store_tcp_master_listen_fd() {
 fn store_tcp_frozen_server_honours_timeout() {
     // A server that answers Hello, then freezes (what a SIGSTOPped process looks like): it
     // keeps the connection open and reads, but never answers again.
-    let frozen = server::listen(0).unwrap();
+    let frozen = server::listen("127.0.0.1", 0).unwrap();
     let port = frozen.local_addr().unwrap().port();
     let fake = thread::spawn(move || {
         let (mut a, _) = frozen.accept().unwrap();
         assert_eq!(
-            read_frame(&mut a).unwrap().unwrap(),
+            read_frame(&mut a, MAX_FRAME).unwrap().unwrap(),
             &Request::Hello.encode()[4..]
         );
         a.write_all(&Response::Ok.encode()).unwrap();
@@ -310,15 +311,15 @@ fn store_tcp_server_survives_garbage() {
     // An unknown opcode in a well-formed frame: dropped.
     let mut s = raw(port);
     s.write_all(&[1, 0, 0, 0, 200]).unwrap();
-    assert!(closed_by_server(&mut s));
+    assert!(closed_by_peer(&mut s));
     // A known opcode with a truncated field: dropped.
     let mut s = raw(port);
     s.write_all(&[5, 0, 0, 0, 2, 0xff, 0xff, 0, 0]).unwrap();
-    assert!(closed_by_server(&mut s));
+    assert!(closed_by_peer(&mut s));
     // A claimed 1 GiB frame, then nothing: dropped at once, nothing allocated.
     let mut s = raw(port);
     s.write_all(&(1u32 << 30).to_le_bytes()).unwrap();
-    assert!(closed_by_server(&mut s));
+    assert!(closed_by_peer(&mut s));
     // Half a frame, then hang up.
     let mut s = raw(port);
     s.write_all(&[100, 0, 0, 0, 2, 1]).unwrap();
@@ -371,7 +372,7 @@ fn store_tcp_slow_client_does_not_block_others() {
             s.write_all(&[*b]).unwrap();
             thread::sleep(Duration::from_millis(100));
         }
-        Response::decode(&read_frame(&mut s).unwrap().unwrap()).unwrap()
+        Response::decode(&read_frame(&mut s, MAX_FRAME).unwrap().unwrap()).unwrap()
     });
     let c = client_of(port, Duration::from_secs(10));
     for i in 0..20 {
@@ -428,22 +429,7 @@ fn store_tcp_blocked_get_ends_with_its_client() {
 /// 10,000 malformed connections leave the server's memory flat.
 #[test]
 fn store_tcp_memory_flat_over_malformed_connections() {
-    const CHILD: &str = "RUSTDIST_STORE_RSS_CHILD";
-    if std::env::var_os(CHILD).is_none() {
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "store::tcp::tests::store_tcp_memory_flat_over_malformed_connections",
-                "--exact",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD, "1")
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).into_owned()
-            + &String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{text}");
-        assert!(text.contains("1 passed"), "the child ran the test: {text}");
+    if ran_in_child("store::tcp::tests::store_tcp_memory_flat_over_malformed_connections") {
         return;
     }
     let m = master(Duration::from_secs(10));
@@ -458,17 +444,159 @@ fn store_tcp_memory_flat_over_malformed_connections() {
         for i in 0..n {
             let mut s = raw(port);
             s.write_all(bad[i % bad.len()]).unwrap();
-            assert!(closed_by_server(&mut s));
+            assert!(closed_by_peer(&mut s));
         }
     };
-    hit(500); // warm-up: thread stacks and allocator arenas reach steady state
-    let before = rss_bytes();
-    hit(10_000);
-    let grown = rss_bytes().saturating_sub(before);
-    println!("RSS growth over 10,000 malformed connections: {grown} bytes");
-    assert!(grown < 4 << 20, "RSS grew by {grown} bytes");
+    assert_memory_flat(10_000, "malformed connections", hit);
     assert_serving(port);
     let server = Arc::clone(m.server().unwrap());
     drop(m);
     assert!(server.wait_connections_closed(Instant::now() + Duration::from_secs(5)));
+
+    // A server with a key, against clients that do not authenticate: a request instead of
+    // the challenge, a claimed huge first frame, a wrong proof, a hang-up mid-exchange.
+    let m = TcpStore::new(TcpStoreOptions {
+        is_master: true,
+        auth_key: keyed(b"k"),
+        ..Default::default()
+    })
+    .unwrap();
+    let port = m.port();
+    let hit = |n: usize| {
+        for i in 0..n {
+            let mut s = raw(port);
+            match i % 4 {
+                0 => s.write_all(&Request::NumKeys.encode()).unwrap(),
+                1 => s.write_all(&(1u32 << 30).to_le_bytes()).unwrap(),
+                _ => {
+                    let init = Request::AuthInit { nonce: [1; 32] };
+                    assert!(matches!(
+                        exchange(&mut s, &init),
+                        Response::Challenge { .. }
+                    ));
+                    if i % 4 == 3 {
+                        continue; // hangs up before its proof
+                    }
+                    s.write_all(&Request::AuthProof { tag: [0; 32] }.encode())
+                        .unwrap();
+                }
+            }
+            if i % 4 != 1 {
+                let refusal = Response::decode(&read_frame(&mut s, MAX_FRAME).unwrap().unwrap());
+                assert!(
+                    matches!(refusal, Ok(Response::AuthFailed(_))),
+                    "{refusal:?}"
+                );
+            }
+            assert!(closed_by_peer(&mut s));
+        }
+    };
+    assert_memory_flat(10_000, "unauthenticated connections", hit);
+    let c = TcpStore::new(TcpStoreOptions {
+        port,
+        timeout: Duration::from_secs(10),
+        auth_key: keyed(b"k"),
+        ..Default::default()
+    })
+    .unwrap();
+    c.set("k", b"v").unwrap();
+    assert_eq!(m.get("k", None).unwrap(), b"v");
+}
+
+#[test]
+fn store_tcp_auth_key_is_required_and_checked_both_ways() {
+    let m = TcpStore::new(TcpStoreOptions {
+        is_master: true,
+        timeout: Duration::from_secs(30),
+        auth_key: keyed(b"secret"),
+        ..Default::default()
+    })
+    .unwrap();
+    let port = m.port();
+    let connect = |key: Option<AuthKey>| {
+        TcpStore::new(TcpStoreOptions {
+            port,
+            timeout: Duration::from_secs(30),
+            auth_key: key,
+            ..Default::default()
+        })
+    };
+    // Missing and wrong keys fail at once (not at the 30 s timeout), saying why.
+    for (key, why) in [
+        (None, "requires RUSTDIST_AUTH_KEY"),
+        (keyed(b"Secret"), "RUSTDIST_AUTH_KEY differs"),
+    ] {
+        let t = Instant::now();
+        let err = connect(key).err().unwrap();
+        assert!(
+            matches!(&err, Error::Network(msg) if msg.contains("authentication failed") && msg.contains(why)),
+            "{err:?}"
+        );
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    }
+    // A raw client's request before authenticating is refused, and nothing it asked is done.
+    let mut s = raw(port);
+    let set = Request::Set {
+        key: "sneaky".into(),
+        value: b"v".to_vec(),
+    };
+    assert!(matches!(exchange(&mut s, &set), Response::AuthFailed(_)));
+    assert!(closed_by_peer(&mut s));
+    assert!(!m.check(&["sneaky".into()]).unwrap());
+    // The right key: everything works, on every new connection of the client too.
+    let c = Arc::new(connect(keyed(b"secret")).unwrap());
+    c.set("k", b"v").unwrap();
+    let waiter = {
+        let c = Arc::clone(&c);
+        thread::spawn(move || c.get("later", None))
+    };
+    c.set("later", b"x").unwrap(); // a second connection while the first waits
+    assert_eq!(waiter.join().unwrap().unwrap(), b"x");
+    assert_eq!(m.get("k", None).unwrap(), b"v");
+    // A key on the client only.
+    let plain = master(Duration::from_secs(30));
+    let err = TcpStore::new(TcpStoreOptions {
+        port: plain.port(),
+        auth_key: keyed(b"secret"),
+        ..Default::default()
+    })
+    .err()
+    .unwrap();
+    assert!(
+        matches!(&err, Error::Network(msg) if msg.contains("set on this client but not on the TCPStore server")),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn store_tcp_master_listens_on_the_host_given() {
+    assert_eq!(server::bind_address(""), None);
+    assert_eq!(server::bind_address("0.0.0.0"), None);
+    assert_eq!(server::bind_address("::"), None);
+    assert_eq!(
+        server::bind_address("192.0.2.1"),
+        None,
+        "not this machine's"
+    );
+    assert_eq!(
+        server::bind_address("127.0.0.1"),
+        Some([127, 0, 0, 1].into())
+    );
+    assert_eq!(
+        server::bind_address("localhost"),
+        Some([127, 0, 0, 1].into())
+    );
+    let reaches = |host: &str, port: u16| TcpStream::connect((host, port)).is_ok();
+    // Bound to 127.0.0.1 only: another loopback address does not reach it.
+    let only = master(Duration::from_secs(10));
+    assert!(reaches("127.0.0.1", only.port()));
+    assert!(!reaches("127.0.0.2", only.port()));
+    // Every interface for 0.0.0.0.
+    let every = TcpStore::new(TcpStoreOptions {
+        host: "0.0.0.0".into(),
+        is_master: true,
+        ..Default::default()
+    })
+    .unwrap();
+    assert!(reaches("127.0.0.1", every.port()) && reaches("127.0.0.2", every.port()));
 }

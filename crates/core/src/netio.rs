@@ -1,0 +1,71 @@
+//! Blocking socket I/O bounded by a deadline and interruptible (Ctrl-C), shared by the TCP
+//! store client and the peer handshake.
+
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use crate::interrupt;
+
+/// A stream whose every read and write fails with `TimedOut` once `deadline` has passed.
+/// Reads wait in slices so that an interruption is noticed (`interrupted` then says so).
+pub struct DeadlineIo<'a> {
+    pub stream: &'a mut TcpStream,
+    pub deadline: Instant,
+    pub interrupted: bool,
+}
+
+impl<'a> DeadlineIo<'a> {
+    pub fn new(stream: &'a mut TcpStream, deadline: Instant) -> Self {
+        DeadlineIo {
+            stream,
+            deadline,
+            interrupted: false,
+        }
+    }
+
+    fn remaining(&self) -> io::Result<Duration> {
+        let now = Instant::now();
+        if now >= self.deadline {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        Ok(self.deadline - now)
+    }
+}
+
+impl Read for DeadlineIo<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            self.stream
+                .set_read_timeout(Some(interrupt::slice(self.remaining()?)))?;
+            match self.stream.read(buf) {
+                Err(e) if timed_out(&e) => {
+                    if interrupt::check().is_err() {
+                        // Not ErrorKind::Interrupted: readers retry on that.
+                        self.interrupted = true;
+                        return Err(io::Error::other("interrupted"));
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+impl Write for DeadlineIo<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.stream.set_write_timeout(Some(self.remaining()?))?;
+        self.stream.write(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.stream.flush()
+    }
+}
+
+/// A read or write that ran out of time (socket timeouts report `WouldBlock` on Linux).
+pub fn timed_out(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
+    )
+}

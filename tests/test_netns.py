@@ -1,0 +1,243 @@
+"""Test hosts made of network namespaces (rustdist._netns) and what runs on them: separate
+hostnames and addresses, teardown (also on failure and after a killed run), link shaping, the
+ranks of RUSTDIST_TEST_HOSTS worlds on their hosts, and interface selection
+(RUSTDIST_SOCKET_IFNAME / GLOO_SOCKET_IFNAME) on hosts with two interfaces.
+
+Needs root and iproute2; without them every test here skips saying so."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from typing import Any, Callable, Iterator, Optional
+
+import pytest
+
+from harness import HOSTS_SPEC, World, parse_hosts_spec, placement, rustdist_only
+
+from rustdist import _netns
+
+pytestmark = [
+    pytest.mark.timeout(120),
+    pytest.mark.skipif(_netns.unavailable_reason() is not None,
+                       reason=f"test hosts unavailable: {_netns.unavailable_reason()}"),
+]
+
+SERVER = """
+import socket, sys
+s = socket.create_server((sys.argv[1], int(sys.argv[2])))
+print(socket.gethostname(), flush=True)
+c, _ = s.accept()
+n = 0
+while True:
+    b = c.recv(1 << 16)
+    if not b:
+        break
+    n += len(b)
+c.sendall(str(n).encode())
+"""
+
+CLIENT = """
+import socket, sys, time
+c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=20)
+data = b"x" * int(sys.argv[3])
+t = time.monotonic()
+c.sendall(data)
+c.shutdown(socket.SHUT_WR)
+got = int(c.recv(100))
+print(socket.gethostname(), got, time.monotonic() - t)
+"""
+
+
+def transfer(hosts: _netns.Hosts, src: int, dst: int, nbytes: int, nic: int = 0) -> tuple[str, str, float]:
+    """Sends `nbytes` from host `src` to host `dst` over NIC `nic`; returns both hostnames and
+    the seconds the transfer took (until the receiver confirmed the count). The server prints
+    its hostname once it listens, and only then does the client start."""
+    addr, port = hosts.addr(dst, nic), 5000 + nic
+    server = hosts.popen(dst, [sys.executable, "-c", SERVER, addr, str(port)],
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        dst_name = server.stdout.readline().strip()
+        out = hosts.run(src, [sys.executable, "-c", CLIENT, addr, str(port), str(nbytes)],
+                        capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        src_name, got, secs = out.stdout.split()
+        assert int(got) == nbytes
+        return src_name, dst_name, float(secs)
+    finally:
+        server.kill()
+        server.wait()
+
+
+@pytest.fixture(scope="module")
+def two_nics() -> Iterator[_netns.Hosts]:
+    """Two hosts with eth0 (10.77.0.0/24) and eth1 (10.78.0.0/24) each."""
+    with _netns.Hosts(2, nics=2) as hosts:
+        yield hosts
+
+
+def test_hosts_are_separate_machines(two_nics: _netns.Hosts) -> None:
+    """Each host has its own hostname and addresses; host 1 reaches host 0 on both NICs; none
+    of the addresses exists outside the namespaces."""
+    for nic in (0, 1):
+        src, dst, _ = transfer(two_nics, 1, 0, 1000, nic)
+        assert (src, dst) == (two_nics.host(1).hostname, two_nics.host(0).hostname)
+    assert two_nics.host(0).addrs == ("10.77.0.1", "10.78.0.1")
+    root = subprocess.run(["ip", "-o", "addr"], capture_output=True, text=True).stdout
+    assert "10.77.0." not in root and "10.78.0." not in root, root
+
+
+def test_teardown_on_failure_exit_and_after_a_killed_run(tmp_path: Any) -> None:
+    """Namespaces go when the with-block fails, when a process exits without closing (atexit),
+    and a killed run's are removed by the next Hosts()."""
+    names: list[str] = []
+    with pytest.raises(RuntimeError, match="boom"):
+        with _netns.Hosts(2) as hosts:
+            names = [h.netns for h in hosts.hosts] + [hosts.switch]
+            assert set(names) <= set(_netns.namespaces())
+            raise RuntimeError("boom")
+    assert not set(names) & set(_netns.namespaces())
+
+    child = textwrap.dedent("""
+        import os, sys
+        from rustdist import _netns
+        hosts = _netns.Hosts(2)
+        print(hosts.tag, flush=True)
+        if sys.argv[1] == "hang":
+            sys.stdin.read()
+    """)
+    env = dict(os.environ)
+    out = subprocess.run([sys.executable, "-c", child, "exit"], capture_output=True, text=True,
+                         timeout=60, env=env)
+    tag = out.stdout.strip()
+    assert out.returncode == 0 and tag, out.stderr
+    assert not [n for n in _netns.namespaces() if tag in n], "atexit tore the hosts down"
+
+    killed = subprocess.Popen([sys.executable, "-c", child, "hang"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, env=env)
+    assert killed.stdout is not None
+    tag = killed.stdout.readline().strip()
+    assert [n for n in _netns.namespaces() if tag in n]
+    killed.send_signal(signal.SIGKILL)
+    killed.wait()
+    assert [n for n in _netns.namespaces() if tag in n], "a killed run leaves its hosts"
+    with _netns.Hosts(1):
+        assert not [n for n in _netns.namespaces() if tag in n], "the next run reaps them"
+
+
+def test_link_rate_is_shaped() -> None:
+    """A 50 Mbit/s link moves 2.5 MB in no less than ~0.4 s; unshaped it is much faster."""
+    with _netns.Hosts(2) as hosts:
+        nbytes = 2_500_000
+        _, _, fast = transfer(hosts, 1, 0, nbytes)
+        hosts.shape(rate="50mbit", hosts=[1])
+        _, _, slow = transfer(hosts, 1, 0, nbytes)
+        assert slow >= 0.35, f"shaped transfer took {slow:.3f} s"
+        assert fast < slow / 2, f"unshaped {fast:.3f} s vs shaped {slow:.3f} s"
+        hosts.shape(hosts=[1])  # unshaped again
+        _, _, again = transfer(hosts, 1, 0, nbytes)
+        assert again < slow / 2, again
+
+
+@pytest.mark.skipif(not _netns.netem_available(),
+                    reason="this kernel has no netem qdisc (CONFIG_NET_SCH_NETEM): no link delay")
+def test_link_delay() -> None:
+    """A 20 ms delay on each host's egress adds ~40 ms to a round trip."""
+    with _netns.Hosts(2) as hosts:
+        _, _, base = transfer(hosts, 1, 0, 10)
+        hosts.shape(delay_ms=20, rate="1gbit")
+        _, _, delayed = transfer(hosts, 1, 0, 10)
+        assert delayed - base >= 0.035, (base, delayed)
+
+
+def test_delay_without_netem_says_so() -> None:
+    """Where the kernel has no netem, asking for a delay raises saying so (rate alone works)."""
+    if _netns.netem_available():
+        pytest.skip("this kernel has netem: the delay works (test_link_delay)")
+    with _netns.Hosts(1) as hosts, pytest.raises(_netns.NetnsError, match="netem"):
+        hosts.shape(rate="1gbit", delay_ms=0.5)
+
+
+def test_placement_fills_hosts_in_blocks() -> None:
+    """RUSTDIST_TEST_HOSTS=HxR: worlds fill the hosts in blocks, rank 0 on host 0."""
+    assert parse_hosts_spec("2x2") == (2, 2) and parse_hosts_spec("4x1") == (4, 1)
+    with pytest.raises(ValueError, match="HxR"):
+        parse_hosts_spec("2")
+    assert placement(4, 2, 2) == [0, 0, 1, 1]
+    assert placement(3, 2, 2) == [0, 0, 1]
+    assert placement(2, 2, 2) == [0, 1]
+    assert placement(4, 4, 1) == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match="does not fit"):
+        placement(5, 2, 2)
+
+
+@rustdist_only
+@pytest.mark.skipif(not HOSTS_SPEC, reason="runs with RUSTDIST_TEST_HOSTS (./dev test does)")
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_ranks_run_on_their_hosts(worlds: Callable[[int], World], world: int) -> None:
+    """Under RUSTDIST_TEST_HOSTS each rank is on its host: its hostname, MASTER_ADDR = host 0's
+    address, and peer connections from its host's address."""
+    w = worlds(world)
+    where = placement(world, *parse_hosts_spec(HOSTS_SPEC))
+    got = w.run("net_cases:where")
+    names = [g["hostname"] for g in got]
+    for r, g in enumerate(got):
+        assert g["master"] == "10.77.0.1", g
+        same = [q for q in range(world) if where[q] == where[r]]
+        assert [names[q] for q in same] == [names[r]] * len(same), names
+        if len(same) < world:
+            assert g["peer_ips"] == [f"10.77.0.{where[r] + 1}"], g
+    assert len(set(names)) == len(set(where)), names
+
+
+@pytest.fixture(scope="module")
+def nic_world(two_nics: _netns.Hosts, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    """Two ranks, one on each of two_nics' hosts, not initialised."""
+    w = World(2, init=False, hosts=two_nics, on_hosts=[0, 1],
+              log_dir=str(tmp_path_factory.mktemp("nic-world")))
+    yield w
+    w.close()
+
+
+VARS = ("RUSTDIST_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+
+
+@rustdist_only
+@pytest.mark.parametrize("env,subnet", [
+    ({}, "10.77.0."),  # no variable: the interface that routes to MASTER_ADDR (eth0)
+    ({"RUSTDIST_SOCKET_IFNAME": "eth1"}, "10.78.0."),
+    ({"RUSTDIST_SOCKET_IFNAME": "eth0"}, "10.77.0."),
+    ({"GLOO_SOCKET_IFNAME": "=eth1"}, "10.78.0."),
+    ({"RUSTDIST_SOCKET_IFNAME": "wlan,eth1"}, "10.78.0."),
+    ({"RUSTDIST_SOCKET_IFNAME": "^eth0,lo"}, "10.78.0."),
+    ({"RUSTDIST_SOCKET_IFNAME": "^=eth0"}, "10.78.0."),
+    ({"RUSTDIST_SOCKET_IFNAME": "eth1", "GLOO_SOCKET_IFNAME": "eth0"}, "10.78.0."),
+], ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()) or "unset" if isinstance(v, dict) else v)
+def test_socket_ifname_picks_the_interface(nic_world: World, env: dict[str, str], subnet: str) -> None:
+    """The store stays on eth0 (MASTER_ADDR); the peers listen on, publish and connect over the
+    interface the variable selects (NCCL_SOCKET_IFNAME's syntax)."""
+    full: dict[str, Optional[str]] = {v: env.get(v) for v in VARS}
+    results = nic_world.run("net_cases:init_with_env", env=full)
+    for rank, res in enumerate(results):
+        assert res["ok"], res.get("trace")
+        assert res["peer_ips"] == [f"{subnet}{rank + 1}"], (rank, res)
+
+
+@rustdist_only
+@pytest.mark.parametrize("var", VARS)
+def test_socket_ifname_without_match_names_the_interfaces(nic_world: World, var: str) -> None:
+    """No interface matches: every rank raises ValueError naming the variable and listing the
+    interfaces there are."""
+    env: dict[str, Optional[str]] = {v: None for v in VARS}
+    env[var] = "wlan"
+    for rank, res in enumerate(nic_world.run("net_cases:init_with_env", env=env, pg_timeout=10)):
+        assert not res["ok"] and res["type"] == "ValueError", res
+        msg = res["msg"]
+        assert f'{var}="wlan"' in msg and "matches no network interface" in msg, msg
+        for nic in (0, 1):
+            assert f"eth{nic} (10.{77 + nic}.0.{rank + 1})" in msg, msg
