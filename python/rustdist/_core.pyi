@@ -11,7 +11,7 @@ Timeouts are float seconds.
 """
 
 import datetime
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence, Union
 
 __version__: str
 
@@ -176,13 +176,14 @@ class ProcessGroup:
     def all_gather(
         self,
         in_ptr: int,
-        out_ptrs: Sequence[int],
+        outputs: Union[int, Sequence[int]],
         numel: int,
         dtype: int,
         keep: object,
         sync: bool = False,
     ) -> Optional[Work]:
-        """`out_ptrs[r]` receives rank r's `numel` elements (own block included)."""
+        """`outputs[r]` receives rank r's `numel` elements (own block included); an int is
+        the base of one buffer holding the blocks in rank order."""
     def reduce_scatter(
         self,
         in_ptr: int,
@@ -200,14 +201,15 @@ class ProcessGroup:
         kind: str,
         dtype: int,
         count: int,
-        sends: Sequence[tuple[int, int, int]],
-        recvs: Sequence[tuple[int, int, int]],
+        sends: Union[int, Sequence[tuple[int, int, int]]],
+        recvs: Union[int, Sequence[tuple[int, int, int]]],
         keep: object,
         sync: bool = False,
     ) -> Optional[Work]:
         """gather, scatter, all_to_all, or all_gather of blocks of different sizes (`kind`):
-        the blocks this rank sends and receives, each (peer, data pointer, numel). `count` is
-        a number every rank agrees on, or 0 when sizes differ (lengths are checked)."""
+        the blocks this rank sends and receives, each (peer, data pointer, numel), or as an
+        int the base of one buffer with a block of `count` elements per rank. `count` is a
+        number every rank agrees on, or 0 when sizes differ (lengths are checked)."""
     def monitored_barrier(self, timeout: float, wait_all_ranks: bool) -> Work:
         """Rank 0 waits `timeout` seconds for every rank and fails naming the missing ones."""
     def barrier(self, sync: bool = False) -> Optional[Work]: ...

@@ -6,6 +6,7 @@ from __future__ import annotations
 import enum
 import functools
 import hashlib
+import inspect
 import json
 import logging
 import os
@@ -37,21 +38,23 @@ class DebugLevel(enum.IntEnum):
         return f"DebugLevel.{self.name}"
 
 
-# Read on every collective: a plain module global keeps the OFF path to one comparison.
 level: DebugLevel = DebugLevel.OFF
+# Read on every collective: a plain bool keeps the usual path to one test.
+detail: bool = False
 
 _ENV_VARS = ("RUSTDIST_DEBUG", "TORCH_DISTRIBUTED_DEBUG")
 
 
 def set_debug_level(new_level: Any) -> None:
     """Sets the debug level (a ``DebugLevel``, torch's ``DebugLevel`` or its name)."""
-    global level
+    global level, detail
     name = new_level if isinstance(new_level, str) else getattr(new_level, "name", None)
     if name is None or name.upper() not in DebugLevel.__members__:
         raise ValueError(
             f"Invalid debug level {new_level!r}: expected one of OFF, INFO or DETAIL"
         )
     level = DebugLevel[name.upper()]
+    detail = level is DebugLevel.DETAIL
     if level >= DebugLevel.INFO and logger.level in (logging.NOTSET, logging.WARNING):
         logger.setLevel(logging.INFO)
 
@@ -87,17 +90,47 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def exception_logger(fn: F) -> F:
-    """Logs (INFO, logger ``rustdist``) an exception raised by ``fn``, then re-raises it."""
+    """Logs (INFO, logger ``rustdist``) an exception raised by ``fn``, then re-raises it.
 
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except Exception as e:
-            logger.info("%s failed: %s: %s", fn.__name__, type(e).__name__, e)
-            raise
+    The wrapper is compiled with ``fn``'s own parameters (and shares its defaults): collectives
+    run in tight loops, where packing ``*args, **kwargs`` would cost more than the call."""
 
-    return wrapper  # type: ignore[return-value]
+    def log(e: Exception) -> None:
+        logger.info("%s failed: %s: %s", fn.__name__, type(e).__name__, e)
+
+    decl: list[str] = []
+    call: list[str] = []
+    params = list(inspect.signature(fn).parameters.values())
+    for i, p in enumerate(params):
+        if p.kind is p.VAR_POSITIONAL:
+            decl.append(f"*{p.name}")
+            call.append(f"*{p.name}")
+        elif p.kind is p.VAR_KEYWORD:
+            decl.append(f"**{p.name}")
+            call.append(f"**{p.name}")
+        elif p.kind is p.KEYWORD_ONLY:
+            if i == 0 or params[i - 1].kind not in (p.KEYWORD_ONLY, p.VAR_POSITIONAL):
+                decl.append("*")
+            decl.append(p.name)
+            call.append(f"{p.name}={p.name}")
+        else:
+            decl.append(p.name)
+            call.append(p.name)
+            if p.kind is p.POSITIONAL_ONLY and (
+                    i + 1 == len(params) or params[i + 1].kind is not p.POSITIONAL_ONLY):
+                decl.append("/")
+    source = (f"def {fn.__name__}({', '.join(decl)}):\n"
+              f"    try:\n"
+              f"        return fn({', '.join(call)})\n"
+              f"    except Exception as e:\n"
+              f"        log(e)\n"
+              f"        raise\n")
+    namespace: dict[str, Any] = {"fn": fn, "log": log}
+    exec(source, namespace)  # noqa: S102 - source built above from fn's parameter names
+    wrapper = namespace[fn.__name__]
+    wrapper.__defaults__ = fn.__defaults__
+    wrapper.__kwdefaults__ = fn.__kwdefaults__
+    return functools.update_wrapper(wrapper, fn)  # type: ignore[return-value]
 
 
 # ---------------------------------------------------------------------------------------------

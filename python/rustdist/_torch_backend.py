@@ -51,11 +51,18 @@ def _not_traced(fn: _F) -> _F:
     return method  # type: ignore[return-value]
 
 
-def _api() -> Any:
-    """rustdist's torch.distributed-compatible API (imported late: it imports this module)."""
-    from . import distributed_c10d
+_api_module: Any = None
 
-    return distributed_c10d
+
+def _api() -> Any:
+    """rustdist's torch.distributed-compatible API (imported on first use: it imports this
+    module)."""
+    global _api_module
+    if _api_module is None:
+        from . import distributed_c10d
+
+        _api_module = distributed_c10d
+    return _api_module
 
 
 def _op(opts: Any) -> Any:

@@ -1072,7 +1072,7 @@ def all_reduce(tensor: Any, op: Any = ReduceOp.SUM, group: Optional[ProcessGroup
         opc, premul = _cuda_reduce_args(op, tensor, "all_reduce")
         return _cuda().all_reduce(pg, tensor, opc, premul, async_op)
     opc, premul = _reduce_args(op, code, "all_reduce")
-    if _debug.level is DebugLevel.DETAIL:
+    if _debug.detail:
         _detail(pg, "all_reduce", code, [tensor.shape], opc)
     if async_op:
         return Work(pg._pg.all_reduce(ptr, n, code, opc, tensor, premul), [tensor])
@@ -1114,7 +1114,7 @@ def all_reduce_coalesced(tensors: Any, op: Any = ReduceOp.SUM,
     if not bufs:
         return Work(_Works([]), []) if async_op else None
     opc, premul = _reduce_args(op, bufs[0][2], "all_reduce")
-    if _debug.level is DebugLevel.DETAIL:
+    if _debug.detail:
         _detail(pg, "all_reduce_coalesced", bufs[0][2], [t.shape for t in tensors], opc)
     works = [pg._pg.all_reduce(p, n, c, opc, t, premul) for (p, n, c), t in zip(bufs, tensors)]
     return _finish(_Works(works), tensors, async_op)
@@ -1150,7 +1150,7 @@ def reduce(tensor: Any, dst: Optional[int] = None, op: Any = ReduceOp.SUM,
         opc, premul = _cuda_reduce_args(op, tensor, "reduce")
         return _cuda().reduce(pg, tensor, root, opc, premul, async_op)
     opc, premul = _reduce_args(op, code, "reduce")
-    if _debug.level is DebugLevel.DETAIL:
+    if _debug.detail:
         _detail(pg, "reduce", code, [tensor.shape], opc, root)
     work = pg._pg.reduce(ptr, n, code, opc, root, tensor, premul, sync=not async_op)
     return _finish(work, [tensor], async_op)
@@ -1182,10 +1182,12 @@ def broadcast(tensor: Any, src: Optional[int] = None, group: Optional[ProcessGro
         ptr, n, code = buffer(tensor, "tensor", True)
     except OnCuda:
         return _cuda().broadcast(pg, tensor, root, async_op)
-    if _debug.level is DebugLevel.DETAIL:
+    if _debug.detail:
         _detail(pg, "broadcast", code, [tensor.shape], None, root)
-    work = pg._pg.broadcast(ptr, n, code, root, tensor, sync=not async_op)
-    return _finish(work, [tensor], async_op)
+    if not async_op:
+        pg._pg.broadcast(ptr, n, code, root, None, True)
+        return None
+    return Work(pg._pg.broadcast(ptr, n, code, root, tensor), [tensor])
 
 
 def _tensor_list(xs: Any, name: str) -> None:
@@ -1237,7 +1239,7 @@ def all_gather(tensor_list: list[Any], tensor: Any, group: Optional[ProcessGroup
         outs.append((p, m))
     keep = (tensor, *tensor_list)
     if equal:  # every rank's tensor has this rank's size: the all_gather algorithm
-        if _debug.level is DebugLevel.DETAIL:
+        if _debug.detail:
             _detail(pg, "all_gather", code, [tensor.shape])
         work = pg._pg.all_gather(in_ptr, [p for p, _ in outs], n, code, keep,
                                  sync=not async_op)
@@ -1248,7 +1250,7 @@ def all_gather(tensor_list: list[Any], tensor: Any, group: Optional[ProcessGroup
                 f"all_gather: tensor_list[{pg._rank}] has {own} elements but this rank's "
                 f"`tensor` has {n} (tensor_list[r] must have the size of rank r's tensor)"
             )
-        if _debug.level is DebugLevel.DETAIL:
+        if _debug.detail:
             _detail(pg, "all_gather", code, None)
         sends = [(r, in_ptr, n) for r in range(pg._size)]
         recvs = [(r, p, m) for r, (p, m) in enumerate(outs)]
@@ -1327,15 +1329,16 @@ def all_gather_into_tensor(output_tensor: Any, input_tensor: Any,
     except OnCuda:
         return _cuda().all_gather_into_tensor(pg, output_tensor, input_tensor, async_op)
     out_ptr, m, out_code = buffer(output_tensor, "output_tensor", True)
-    _check_pair("all_gather_into_tensor", ("output_tensor", output_tensor, m, out_code),
-                ("input_tensor", input_tensor, n, code), pg._size)
-    if _debug.level is DebugLevel.DETAIL:
+    if out_code != code or m != pg._size * n:
+        _check_pair("all_gather_into_tensor", ("output_tensor", output_tensor, m, out_code),
+                    ("input_tensor", input_tensor, n, code), pg._size)
+    if _debug.detail:
         _detail(pg, "all_gather_into_tensor", code, [input_tensor.shape])
-    step = n * ITEMSIZE[code]
-    ptrs = [out_ptr + r * step for r in range(pg._size)]
-    work = pg._pg.all_gather(in_ptr, ptrs, n, code, (input_tensor, output_tensor),
-                             sync=not async_op)
-    return _finish(work, [output_tensor], async_op)
+    if not async_op:
+        pg._pg.all_gather(in_ptr, out_ptr, n, code, None, True)
+        return None
+    work = pg._pg.all_gather(in_ptr, out_ptr, n, code, (input_tensor, output_tensor))
+    return Work(work, [output_tensor])
 
 
 @exception_logger
@@ -1365,14 +1368,17 @@ def reduce_scatter_tensor(output: Any, input: Any, op: Any = ReduceOp.SUM,  # no
         opc, premul = _cuda_reduce_args(op, output, "reduce_scatter")
         return _cuda().reduce_scatter_tensor(pg, output, input, opc, premul, async_op)
     in_ptr, m, in_code = buffer(input, "input")
-    _check_pair("reduce_scatter_tensor", ("input", input, m, in_code), ("output", output, n, code),
-                pg._size)
+    if in_code != code or m != pg._size * n:
+        _check_pair("reduce_scatter_tensor", ("input", input, m, in_code),
+                    ("output", output, n, code), pg._size)
     opc, premul = _reduce_args(op, code, "reduce_scatter")
-    if _debug.level is DebugLevel.DETAIL:
+    if _debug.detail:
         _detail(pg, "reduce_scatter_tensor", code, [output.shape], opc)
-    work = pg._pg.reduce_scatter(in_ptr, out_ptr, n, code, opc, (input, output), premul,
-                                 sync=not async_op)
-    return _finish(work, [output], async_op)
+    if not async_op:
+        pg._pg.reduce_scatter(in_ptr, out_ptr, n, code, opc, None, premul, True)
+        return None
+    work = pg._pg.reduce_scatter(in_ptr, out_ptr, n, code, opc, (input, output), premul)
+    return Work(work, [output])
 
 
 @exception_logger
@@ -1414,7 +1420,7 @@ def reduce_scatter(output: Any, input_list: list[Any], op: Any = ReduceOp.SUM,
             raise RuntimeError(f"reduce_scatter: input_list[{i}] has {m} elements but `output` "
                                f"has {n} (every input must have the output's size)")
     opc, premul = _reduce_args(op, code, "reduce_scatter")
-    if _debug.level is DebugLevel.DETAIL:
+    if _debug.detail:
         _detail(pg, "reduce_scatter", code, [output.shape], opc)
     flat = concat(input_list)  # the engine reduces one contiguous input
     in_ptr = buffer(flat, "input_list")[0]
@@ -1474,7 +1480,7 @@ def _rooted(kind: str, pg: ProcessGroup, root: int, tensor: Any, xs: list[Any], 
         peers.append((r, p, m))
     mine = [(root, ptr, n)]
     sends, recvs = (peers, mine) if out else (mine, peers)
-    if _debug.level is DebugLevel.DETAIL:
+    if _debug.detail:
         _detail(pg, kind, code, [tensor.shape] if count else None, None, root)
     return pg._pg.exchange(kind, code, n if count else 0, sends, recvs, (tensor, *xs), sync=sync)
 
@@ -1593,29 +1599,31 @@ def all_to_all(output_tensor_list: list[Any], input_tensor_list: list[Any],
         p, n, c = buffer(t, "output_tensor_list", True)
         _same_dtype(code, c, t, first)
         recvs.append((r, p, n))
-    if _debug.level is DebugLevel.DETAIL:
+    if _debug.detail:
         _detail(pg, "all_to_all", code, None)
     work = pg._pg.exchange("all_to_all", code, 0, sends, recvs,
                            (*input_tensor_list, *output_tensor_list), sync=not async_op)
     return _finish(work, output_tensor_list, async_op)
 
 
-def _splits(x: Any, sizes: Optional[list[int]], name: str, size: int) -> list[int]:
-    """Element offsets (``size + 1`` of them) of the blocks of ``x`` split along dim 0."""
-    rows = x.shape[0] if len(x.shape) else 1
-    n = int(x.numel()) if hasattr(x, "numel") else int(x.size)
-    per_row = n // rows if rows else 0
+def _splits(x: Any, n: int, sizes: Optional[list[int]], name: str, size: int) -> list[int]:
+    """Element offsets (``size + 1`` of them) of the blocks of ``x`` (``n`` elements) split
+    along dim 0: by ``sizes``, or in ``size`` equal blocks when it is None or empty."""
+    shape = x.shape
+    rows = shape[0] if len(shape) else 1
     if not sizes:
         if rows % size:
             raise RuntimeError(f"all_to_all_single: `{name}`'s dimension 0 ({rows}) must be "
                                f"divisible by the group size {size}")
-        sizes = [rows // size] * size
+        block = n // size
+        return [r * block for r in range(size + 1)]
     if len(sizes) != size:
         raise RuntimeError(f"all_to_all_single: {name}_split_sizes has {len(sizes)} entries, "
                            f"expected one per rank (group size {size})")
     if sum(sizes) != rows or any(s < 0 for s in sizes):
         raise RuntimeError(f"all_to_all_single: {name}_split_sizes {list(sizes)} must be "
                            f"non-negative and sum to `{name}`'s dimension 0 ({rows})")
+    per_row = n // rows if rows else 0
     offsets = [0]
     for s in sizes:
         offsets.append(offsets[-1] + s * per_row)
@@ -1649,25 +1657,32 @@ def all_to_all_single(output: Any, input: Any,  # noqa: A002
         _not_member("all_to_all_single")
         return None
     try:
-        out_ptr, _, code = buffer(output, "output", True)
+        out_ptr, n_out, code = buffer(output, "output", True)
     except OnCuda:
         return _cuda().all_to_all_single(pg, output, input, output_split_sizes or None,
                                          input_split_sizes or None, async_op)
-    in_ptr, _, in_code = buffer(input, "input")
+    in_ptr, n_in, in_code = buffer(input, "input")
     _same_dtype(in_code, code, output, input)
     size = pg._size
-    offs_in = _splits(input, input_split_sizes, "input", size)
-    offs_out = _splits(output, output_split_sizes, "output", size)
-    item = ITEMSIZE[code]
-    sends = [(r, in_ptr + offs_in[r] * item, offs_in[r + 1] - offs_in[r]) for r in range(size)]
-    recvs = [(r, out_ptr + offs_out[r] * item, offs_out[r + 1] - offs_out[r])
-             for r in range(size)]
+    offs_in = _splits(input, n_in, input_split_sizes, "input", size)
+    offs_out = _splits(output, n_out, output_split_sizes, "output", size)
     equal = not output_split_sizes and not input_split_sizes
-    if _debug.level is DebugLevel.DETAIL:
+    if _debug.detail:
         _detail(pg, "all_to_all_single", code, [input.shape] if equal else None)
-    work = pg._pg.exchange("all_to_all", code, offs_in[1] if equal else 0, sends, recvs,
-                           (input, output), sync=not async_op)
-    return _finish(work, [output], async_op)
+    if equal and offs_in[1] == offs_out[1]:  # blocks of one size: the engine lays them out
+        count, sends, recvs = offs_in[1], in_ptr, out_ptr
+    else:
+        item = ITEMSIZE[code]
+        count = 0
+        sends = [(r, in_ptr + offs_in[r] * item, offs_in[r + 1] - offs_in[r])
+                 for r in range(size)]
+        recvs = [(r, out_ptr + offs_out[r] * item, offs_out[r + 1] - offs_out[r])
+                 for r in range(size)]
+    if not async_op:
+        pg._pg.exchange("all_to_all", code, count, sends, recvs, None, True)
+        return None
+    return Work(pg._pg.exchange("all_to_all", code, count, sends, recvs, (input, output)),
+                [output])
 
 
 @exception_logger
@@ -1692,7 +1707,7 @@ def barrier(group: Optional[ProcessGroup] = None, async_op: bool = False,
     if pg is None:
         _not_member("barrier")
         return None
-    if _debug.level is DebugLevel.DETAIL:
+    if _debug.detail:
         _detail(pg, "barrier", None, None)
     if timeout is None and not async_op:
         pg._pg.barrier(True)

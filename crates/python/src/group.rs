@@ -54,6 +54,21 @@ fn started(work: Option<rustdist_core::Work>) -> CoreResult<Option<PyWork>> {
     Ok(work.map(PyWork::from))
 }
 
+/// The blocks of an exchange: (peer, data pointer, numel) each, or one buffer's base address
+/// holding a block of `count` elements per rank in rank order.
+#[derive(FromPyObject)]
+enum ExchangeBlocks {
+    Uniform(usize),
+    Listed(Vec<(usize, usize, usize)>),
+}
+
+/// Where all_gather writes: a pointer per rank, or one buffer's base address.
+#[derive(FromPyObject)]
+enum GatherOutputs {
+    Contiguous(usize),
+    Blocks(Vec<usize>),
+}
+
 #[pymethods]
 impl PyProcessGroup {
     #[new]
@@ -152,13 +167,23 @@ impl PyProcessGroup {
         kind: &str,
         dtype: u8,
         count: u64,
-        sends: Vec<(usize, usize, usize)>,
-        recvs: Vec<(usize, usize, usize)>,
+        sends: ExchangeBlocks,
+        recvs: ExchangeBlocks,
         keep: Py<PyAny>,
         sync: bool,
     ) -> CoreResult<Option<PyWork>> {
         let kind = CollectiveKind::from_name(kind)?;
-        let list = |list: Vec<(usize, usize, usize)>| -> CoreResult<Vec<(usize, RawBuf)>> {
+        let size = self.pg.size();
+        let list = |blocks: ExchangeBlocks| -> CoreResult<Vec<(usize, RawBuf)>> {
+            let list = match blocks {
+                ExchangeBlocks::Listed(list) => list,
+                ExchangeBlocks::Uniform(base) => {
+                    let step = count as usize * DType::from_code(dtype)?.size();
+                    (0..size)
+                        .map(|r| (r, base + r * step, count as usize))
+                        .collect()
+                }
+            };
             list.into_iter()
                 .map(|(peer, ptr, numel)| Ok((peer, tensor(ptr, numel, dtype)?.buf)))
                 .collect()
@@ -197,20 +222,29 @@ impl PyProcessGroup {
         started(interrupt::blocking(py, move || pg.broadcast(t, root, run))?)
     }
 
-    #[pyo3(signature = (in_ptr, out_ptrs, numel, dtype, keep, sync = false))]
+    /// `outputs`: one data pointer per rank, or the base of one buffer holding every rank's
+    /// block in rank order (all_gather_into_tensor).
+    #[pyo3(signature = (in_ptr, outputs, numel, dtype, keep, sync = false))]
     #[allow(clippy::too_many_arguments)]
     fn all_gather(
         &self,
         py: Python<'_>,
         in_ptr: usize,
-        out_ptrs: Vec<usize>,
+        outputs: GatherOutputs,
         numel: usize,
         dtype: u8,
         keep: Py<PyAny>,
         sync: bool,
     ) -> CoreResult<Option<PyWork>> {
         let input = tensor(in_ptr, numel, dtype)?;
-        let outputs: Vec<RawBuf> = out_ptrs
+        let ptrs = match outputs {
+            GatherOutputs::Blocks(ptrs) => ptrs,
+            GatherOutputs::Contiguous(base) => {
+                let step = input.nbytes();
+                (0..self.pg.size()).map(|r| base + r * step).collect()
+            }
+        };
+        let outputs: Vec<RawBuf> = ptrs
             .into_iter()
             .map(|p| tensor(p, numel, dtype).map(|t| t.buf))
             .collect::<CoreResult<_>>()?;
