@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional, Union
 from urllib.parse import parse_qsl, urlparse
 
 from . import _core, _debug
-from ._debug import DebugLevel, exception_logger, logger
+from ._debug import exception_logger, logger
 from ._errors import DistNetworkError, DistStoreError
 from ._reduce_op import ReduceOp, op_args, supports_complex
 from ._tensor import _TORCH_CODES, COMPLEX_CODES, ITEMSIZE, OnCuda, buffer, concat
