@@ -43,10 +43,19 @@ pub(crate) fn open(
     Err(Error::Load { library, tried })
 }
 
+/// Opens `path` with `RTLD_NODELETE`: NCCL starts threads (the bootstrap root of
+/// `ncclGetUniqueId`, proxies) that outlive any handle, so its code must never be unmapped.
 fn open_one(path: &Path) -> Result<Library, libloading::Error> {
+    use libloading::os::unix::Library as UnixLibrary;
     // SAFETY: loading runs the library's initialisers; NCCL's and the CUDA runtime's only set
-    // up their own state. The handle is kept for the life of the process (see `Nccl`).
-    unsafe { Library::new(path) }
+    // up their own state.
+    unsafe {
+        UnixLibrary::open(
+            Some(path),
+            libc::RTLD_NOW | libc::RTLD_LOCAL | libc::RTLD_NODELETE,
+        )
+    }
+    .map(Library::from)
 }
 
 /// The symbol `name` of `lib` as a value of type `T`.
