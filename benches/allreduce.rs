@@ -1,6 +1,6 @@
-//! Criterion benches of ring and recursive-doubling all_reduce between threads of one process,
-//! over the mesh transport's two links: TCP on loopback and shared memory (rendezvous through an
-//! in-process HashStore).
+//! Criterion benches of all_reduce between threads of one process: ring and recursive doubling
+//! over TCP on loopback, one- and two-shot in the shared-memory workspace (rendezvous through
+//! an in-process HashStore).
 //!
 //! Rank 0 runs on the bench thread and times `iters` back-to-back all_reduces; the other
 //! ranks run the same number on their own threads.
@@ -109,9 +109,11 @@ impl Drop for World {
 }
 
 fn allreduce(c: &mut Criterion) {
-    for (link, shared_memory) in [("tcp", false), ("shm", true)] {
+    let network = [AllReduceAlgo::Ring, AllReduceAlgo::RecursiveDoubling];
+    let in_memory = [AllReduceAlgo::ShmOneShot, AllReduceAlgo::ShmTwoShot];
+    for (link, shared_memory, algos) in [("tcp", false, network), ("shm", true, in_memory)] {
         for world in [2usize, 4] {
-            for algo in [AllReduceAlgo::Ring, AllReduceAlgo::RecursiveDoubling] {
+            for algo in algos {
                 let algos = AlgoOverrides {
                     all_reduce: Some(algo),
                     ..AlgoOverrides::default()
@@ -119,7 +121,7 @@ fn allreduce(c: &mut Criterion) {
                 let mut w = World::new(world, algos, shared_memory);
                 let mut g =
                     c.benchmark_group(format!("all_reduce_{link}/world{world}/{}", algo.name()));
-                for bytes in [4usize << 10, 256 << 10, 4 << 20, 32 << 20] {
+                for bytes in [8usize, 4 << 10, 256 << 10, 4 << 20, 32 << 20] {
                     g.throughput(Throughput::Bytes(bytes as u64));
                     g.bench_function(BenchmarkId::from_parameter(bytes), |b| {
                         b.iter_custom(|iters| w.time(bytes, iters))

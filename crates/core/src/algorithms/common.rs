@@ -117,7 +117,7 @@ pub(crate) fn shared<'a>(
 /// flag's cache line when it fits, else in the slot.
 pub(crate) fn publish_data(ws: &mut dyn SharedMemory, ctx: &OpCtx, data: &[u8]) -> Result<()> {
     if data.len() <= INLINE_BYTES {
-        ws.prepare(ctx)?;
+        ws.prepare_flag(ctx)?;
         ws.publish(data);
     } else {
         ws.prepare(ctx)?[..data.len()].copy_from_slice(data);
@@ -128,7 +128,7 @@ pub(crate) fn publish_data(ws: &mut dyn SharedMemory, ctx: &OpCtx, data: &[u8]) 
 
 /// Publishes the next step without data (the rank only says it got there).
 pub(crate) fn publish_empty(ws: &mut dyn SharedMemory, ctx: &OpCtx) -> Result<()> {
-    ws.prepare(ctx)?;
+    ws.prepare_flag(ctx)?;
     ws.publish(&[]);
     Ok(())
 }

@@ -305,11 +305,15 @@ impl SharedMemory for LocalTransport {
     }
 
     fn prepare(&mut self, ctx: &OpCtx) -> Result<&mut [u8]> {
-        self.ws_poll(ctx, &mut |ws| ws.may_write())?;
+        self.ws_poll(ctx, &mut |ws| ws.may_write(true))?;
         match self.ws.as_mut() {
             Some(ws) => Ok(ws.next_slot()),
             None => Err(Error::Runtime("no workspace on this host".into())),
         }
+    }
+
+    fn prepare_flag(&mut self, ctx: &OpCtx) -> Result<()> {
+        self.ws_poll(ctx, &mut |ws| ws.may_write(false))
     }
 
     fn publish(&mut self, inline: &[u8]) {

@@ -130,6 +130,9 @@ pub trait SharedMemory {
     /// This rank's data slot for the next step, once every local rank is done with the
     /// step two back (waits for that, within `ctx`'s deadline).
     fn prepare(&mut self, ctx: &OpCtx) -> Result<&mut [u8]>;
+    /// Waits until the next step may be published without slot data (every local rank is
+    /// done with its flag line, `workspace::DEPTH` steps back), within `ctx`'s deadline.
+    fn prepare_flag(&mut self, ctx: &OpCtx) -> Result<()>;
     /// Publishes the next step, with `inline` (at most `workspace::INLINE_BYTES`) in the
     /// flag's cache line.
     fn publish(&mut self, inline: &[u8]);

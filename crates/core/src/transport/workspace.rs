@@ -2,27 +2,30 @@
 //! collectives run in directly, instead of streaming bytes through pipes.
 //!
 //! Every rank owns one region (in its shared segment, see `shm.rs`) that only it writes and
-//! the others read: an announce line (the collective it is in, for mismatch checks), a
-//! progress line, a flag line per collective kind and step parity (the step number, the
-//! collective's signature, then up to [`INLINE_BYTES`] of data in the same cache line), and two
-//! data slots.
+//! the others read: a progress line (the last step it published), an announce ring (the
+//! collectives it entered, for mismatch checks), flag lines per collective kind (the step
+//! number, the collective's signature, then up to [`INLINE_BYTES`] of data in the same cache
+//! line; [`DEPTH`] of them per kind, used in turn), and two data slots.
 //!
 //! The protocol, in steps numbered 1, 2, ... identically on every rank (all ranks run the same
 //! sequence of collectives, each a fixed number of steps):
-//! - a step's data lives in the writer's buffers of parity `step % 2` (flag line and slot);
+//! - a step's flag line is number `step % DEPTH` of its kind, its slot number `step % 2`;
 //! - a rank publishes every step (with or without data) by storing the step number;
 //! - a rank reads the data of step `s` only after seeing the writer's flag reach `s`, and only
 //!   before it publishes `s + 1`;
-//! - so before writing the buffers of step `s` a rank makes sure every peer has published
-//!   `s - 1` (it then has finished reading step `s - 2`, the buffers' previous use).
+//! - so before writing the slot of step `s` a rank makes sure every peer has published `s - 1`
+//!   (it has then finished reading step `s - 2`, the slot's previous use), and before writing
+//!   only the flag line of step `s`, that every peer has published `s - DEPTH + 1`.
 //!
-//! Small messages therefore cost one cache-line transfer per peer and one wait. The signature
+//! Small messages therefore cost one cache-line transfer per peer and one wait, and a rank
+//! whose steps carry no slot data (the root of small broadcasts, say) runs up to `DEPTH - 1`
+//! steps ahead of the slowest reader instead of waiting for it every time. The signature
 //! travels with every step, so ranks that disagree about a collective (size, dtype, op) are
 //! caught on the first step; collectives keep separate flag lines per kind, so ranks in
 //! different collectives never read each other's flags as their own (that mismatch is named
-//! from the announce lines, which waiters read while they wait).
+//! from the announce ring, which waiters read while they wait).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
 
 use crate::transport::Signature;
 use crate::types::CollectiveKind;
@@ -33,16 +36,23 @@ pub const LINE: usize = 64;
 pub const INLINE_BYTES: usize = LINE - 16;
 /// Bytes of one data slot (each rank has two).
 pub const SLOT_BYTES: usize = 1 << 20;
+/// Flag lines per collective kind, used in turn (a power of two): how many steps without slot
+/// data a rank may publish ahead of the slowest local rank.
+pub const DEPTH: u64 = 16;
 
 const KINDS: usize = CollectiveKind::ALL.len();
-const ANNOUNCE: usize = 0;
-const PROGRESS: usize = LINE;
-const FLAGS: usize = 2 * LINE;
+const PROGRESS: usize = 0;
+const ANNOUNCE: usize = LINE;
+/// Bytes of one announce entry: sequence number, packed signature, element count.
+const ENTRY: usize = 32;
+const FLAGS: usize = ANNOUNCE + DEPTH as usize * ENTRY;
 const PAGE: usize = 4096;
-const SLOTS: usize = (FLAGS + KINDS * 2 * LINE).div_ceil(PAGE) * PAGE;
+const SLOTS: usize = (FLAGS + KINDS * DEPTH as usize * LINE).div_ceil(PAGE) * PAGE;
 
 /// Bytes of one rank's workspace region (a multiple of the page size).
 pub const REGION_BYTES: usize = SLOTS + 2 * SLOT_BYTES;
+/// An announce entry being rewritten.
+const REWRITING: u64 = u64::MAX;
 
 /// What a rank says about the collective it is in; read by peers only to name a mismatch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,29 +151,39 @@ impl Workspace {
     }
 
     fn flag_offset(&self, step: u64) -> usize {
-        FLAGS + (self.kind as usize * 2 + (step % 2) as usize) * LINE
+        FLAGS + (self.kind as usize * DEPTH as usize + (step % DEPTH) as usize) * LINE
+    }
+
+    fn entry_offset(seq: u64) -> usize {
+        ANNOUNCE + (seq % DEPTH) as usize * ENTRY
     }
 
     /// Starts a collective: says which one (peers read it only to report a mismatch).
     pub fn begin(&mut self, seq: u64, sig: &Signature) {
         self.kind = sig.kind;
         self.stamp = stamp(sig);
-        let me = self.me;
-        self.word(me, ANNOUNCE + 8)
-            .store(packed(sig), Ordering::Relaxed);
-        self.word(me, ANNOUNCE + 16)
-            .store(sig.count, Ordering::Relaxed);
-        self.word(me, ANNOUNCE).store(seq, Ordering::Release);
+        let (me, at) = (self.me, Self::entry_offset(seq));
+        // A seqlock: readers discard an entry whose number changed while they read it.
+        self.word(me, at).store(REWRITING, Ordering::Relaxed);
+        fence(Ordering::Release);
+        self.word(me, at + 8).store(packed(sig), Ordering::Relaxed);
+        self.word(me, at + 16).store(sig.count, Ordering::Relaxed);
+        self.word(me, at).store(seq, Ordering::Release);
     }
 
-    /// What local rank `p` last announced.
-    pub fn announced(&self, p: usize) -> Announced {
-        let seq = self.word(p, ANNOUNCE).load(Ordering::Acquire);
-        Announced {
-            seq,
-            sig: self.word(p, ANNOUNCE + 8).load(Ordering::Relaxed),
-            count: self.word(p, ANNOUNCE + 16).load(Ordering::Relaxed),
-        }
+    /// What local rank `p` announced in the announce entry of collective `seq`: that
+    /// collective when `seq` matches, an older one when p has not reached it yet, a newer one
+    /// when p is ahead (`None` while p rewrites the entry).
+    pub fn announced(&self, p: usize, seq: u64) -> Option<Announced> {
+        let at = Self::entry_offset(seq);
+        let seen = self.word(p, at).load(Ordering::Acquire);
+        let a = Announced {
+            seq: seen,
+            sig: self.word(p, at + 8).load(Ordering::Relaxed),
+            count: self.word(p, at + 16).load(Ordering::Relaxed),
+        };
+        fence(Ordering::Acquire);
+        (seen != REWRITING && self.word(p, at).load(Ordering::Relaxed) == seen).then_some(a)
     }
 
     /// Whether `sig` (this rank's) differs from what `a` (a peer's announce) packs.
@@ -171,13 +191,20 @@ impl Workspace {
         a.sig != packed(sig) || a.count != sig.count
     }
 
-    /// True when every local rank may have its buffers of the next step overwritten: all
-    /// have published the current step. Reads the peers' progress only when not yet known.
-    pub fn may_write(&mut self) -> bool {
+    /// True when every local rank is done with what the next step overwrites: with `slot`,
+    /// the slot of its parity (last used two steps back: every rank has published the
+    /// current step), else just its flag line (last used [`DEPTH`] steps back). Reads the
+    /// peers' progress only when not yet known.
+    pub fn may_write(&mut self, slot: bool) -> bool {
+        let need = if slot {
+            self.step
+        } else {
+            (self.step + 2).saturating_sub(DEPTH)
+        };
         for p in 0..self.known.len() {
-            if self.known[p] < self.step {
+            if self.known[p] < need {
                 self.known[p] = self.word(p, PROGRESS).load(Ordering::Acquire);
-                if self.known[p] < self.step {
+                if self.known[p] < need {
                     return false;
                 }
             }
@@ -186,7 +213,7 @@ impl Workspace {
     }
 
     /// This rank's data slot for the next step. Only valid after [`Workspace::may_write`]
-    /// said yes (the caller waits for that first).
+    /// said yes for a slot (the caller waits for that first).
     pub fn next_slot(&mut self) -> &mut [u8] {
         let at = SLOTS + ((self.step + 1) % 2) as usize * SLOT_BYTES;
         // SAFETY: the slot lies inside this rank's region; only this rank writes it, and no

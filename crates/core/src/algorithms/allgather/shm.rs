@@ -40,7 +40,7 @@ pub(crate) fn on_host(
         head[..8].copy_from_slice(&(lens[me] as u64).to_le_bytes());
         if inline {
             head[8..8 + own.len()].copy_from_slice(own);
-            ws.prepare(ctx)?;
+            ws.prepare_flag(ctx)?;
         } else {
             ws.prepare(ctx)?[..own.len()].copy_from_slice(own);
         }

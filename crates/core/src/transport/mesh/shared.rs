@@ -100,8 +100,8 @@ impl MeshTransport {
             return Ok(());
         };
         let differing = waited_ranks(ws, waited).find(|&p| {
-            let a = ws.announced(p);
-            a.seq == ctx.seq && Workspace::differs(&ctx.sig, &a)
+            ws.announced(p, ctx.seq)
+                .is_some_and(|a| a.seq == ctx.seq && Workspace::differs(&ctx.sig, &a))
         });
         match differing {
             Some(p) => Err(self.ws_mismatch(ctx, p)),
@@ -115,15 +115,19 @@ impl MeshTransport {
         let Some(ws) = self.ws.as_ref() else {
             return Error::backend("workspace mismatch without a workspace");
         };
-        let a = ws.announced(p);
-        let (kind, dtype, op) = unpacked(a.sig);
-        let theirs = Codes {
-            kind,
-            dtype,
-            op,
-            count: a.count,
-        };
-        let diff = signature_diff(&ctx.sig, theirs)
+        let diff = ws
+            .announced(p, ctx.seq)
+            .filter(|a| a.seq == ctx.seq)
+            .and_then(|a| {
+                let (kind, dtype, op) = unpacked(a.sig);
+                let theirs = Codes {
+                    kind,
+                    dtype,
+                    op,
+                    count: a.count,
+                };
+                signature_diff(&ctx.sig, theirs)
+            })
             .unwrap_or_else(|| "the ranks' steps differ (RUSTDIST_ALGO set differently?)".into());
         let e = Error::backend(format!(
             "{} mismatch between ranks: {diff} (rank {} vs rank {}, collective #{})",
@@ -139,7 +143,10 @@ impl MeshTransport {
     pub(super) fn timed_out(&self, ctx: &OpCtx, waited: Peers<'_>) -> Error {
         let missing: Vec<String> = self.ws.as_ref().map_or_else(Vec::new, |ws| {
             waited_ranks(ws, waited)
-                .filter(|&p| ws.announced(p).seq < ctx.seq || !ws.peek_arrived(p))
+                .filter(|&p| {
+                    let behind = ws.announced(p, ctx.seq).is_some_and(|a| a.seq < ctx.seq);
+                    behind || !ws.peek_arrived(p)
+                })
                 .map(|p| ws.group_ranks()[p].to_string())
                 .collect()
         });
@@ -180,13 +187,17 @@ impl SharedMemory for MeshTransport {
     }
 
     fn prepare(&mut self, ctx: &OpCtx) -> Result<&mut [u8]> {
-        self.ws_await(ctx, Peers::All, &mut |ws| ws.may_write())?;
+        self.ws_await(ctx, Peers::All, &mut |ws| ws.may_write(true))?;
         match self.ws.as_mut() {
             Some(ws) => Ok(ws.next_slot()),
             None => Err(Error::Runtime(
                 "this group has no shared-memory workspace".into(),
             )),
         }
+    }
+
+    fn prepare_flag(&mut self, ctx: &OpCtx) -> Result<()> {
+        self.ws_await(ctx, Peers::All, &mut |ws| ws.may_write(false))
     }
 
     fn publish(&mut self, inline: &[u8]) {
