@@ -11,6 +11,7 @@ Timeouts are float seconds.
 """
 
 import datetime
+from types import ModuleType
 from typing import Callable, Optional, Sequence, Union
 
 __version__: str
@@ -228,6 +229,30 @@ def selection_table(
     """The algorithm the engine picks per (collective, link kind, world size, bytes) with
     RUSTDIST_ALGO applied: rows (collective, link, world, bytes, algorithm); link is "shm"
     (every rank on one host), "tcp" or "hierarchical"."""
+
+def fast_init(
+    tensor: type,
+    dtype_codes: dict[object, int],
+    sum: object,
+    op_class: type,
+    api: ModuleType,
+    group_class: type,
+    debug: ModuleType,
+    log: Callable[[str, BaseException], None],
+) -> None:
+    """Sets up FastPath (once): torch.Tensor, dtype -> code, ReduceOp.SUM and ReduceOp, the
+    distributed_c10d module (its `_default_pg`) and its ProcessGroup class, the _debug module
+    (its `detail` flag) and the logger of failed calls."""
+
+class FastPath:
+    """Stands in for a hot collective's Python function (`name`: all_reduce, broadcast,
+    all_gather_into_tensor, reduce_scatter_tensor or barrier): runs its usual synchronous call
+    on a plain contiguous CPU tensor with SUM on a rustdist group directly, and hands every
+    other call to `python`."""
+
+    __wrapped__: Callable[..., object]
+    def __init__(self, name: str, python: Callable[..., object]) -> None: ...
+    def __call__(self, *args: object, **kwargs: object) -> object: ...
 
 # ---------------------------------------------------------------------------------------------
 # CUDA (NCCL, and host-staged where NCCL cannot). CUDA tensors cross as (device pointer,

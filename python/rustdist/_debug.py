@@ -89,6 +89,11 @@ def apply_env() -> None:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def log_failure(name: str, e: BaseException) -> None:
+    """Logs (INFO, logger ``rustdist``) that the call ``name`` raised ``e``."""
+    logger.info("%s failed: %s: %s", name, type(e).__name__, e)
+
+
 def exception_logger(fn: F) -> F:
     """Logs (INFO, logger ``rustdist``) an exception raised by ``fn``, then re-raises it.
 
@@ -96,7 +101,7 @@ def exception_logger(fn: F) -> F:
     run in tight loops, where packing ``*args, **kwargs`` would cost more than the call."""
 
     def log(e: Exception) -> None:
-        logger.info("%s failed: %s: %s", fn.__name__, type(e).__name__, e)
+        log_failure(fn.__name__, e)
 
     decl: list[str] = []
     call: list[str] = []
@@ -250,4 +255,5 @@ def breakpoint(  # noqa: A001 - torch's name
 
 
 __all__ = ["DebugLevel", "apply_env", "breakpoint", "check_collective", "exception_logger",
-           "get_debug_level", "logger", "set_debug_level", "set_debug_level_from_env"]
+           "get_debug_level", "log_failure", "logger", "set_debug_level",
+           "set_debug_level_from_env"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import threading
 import time
 import warnings
@@ -19,7 +20,7 @@ from . import _core, _debug
 from ._debug import exception_logger, logger
 from ._errors import DistNetworkError, DistStoreError
 from ._reduce_op import ReduceOp, op_args, supports_complex
-from ._tensor import _TORCH_CODES, COMPLEX_CODES, ITEMSIZE, OnCuda, buffer, concat
+from ._tensor import _TORCH_CODES, COMPLEX_CODES, ITEMSIZE, OnCuda, _Tensor, buffer, concat
 
 from ._torch_backend import GroupBase
 
@@ -1990,6 +1991,25 @@ def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[Work]:
         if work is not None:
             reqs.append(work)
     return reqs
+
+
+def _fast_paths() -> None:
+    """The hot collectives' usual calls (a plain contiguous CPU tensor, SUM, a rustdist group,
+    synchronous, no DETAIL checks) skip this layer through ``_core.FastPath``, which hands
+    every other call to the functions above."""
+    if _Tensor is None:  # numpy arrays take the functions above
+        return
+    _core.fast_init(_Tensor, dict(_TORCH_CODES), ReduceOp.SUM, ReduceOp, sys.modules[__name__],
+                    ProcessGroup, _debug, _debug.log_failure)
+    names = ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor",
+             "barrier")
+    fast = {name: _core.FastPath(name, globals()[name]) for name in names}
+    fast["all_gather_single"] = fast["all_gather_into_tensor"]
+    fast["reduce_scatter_single"] = fast["reduce_scatter_tensor"]
+    globals().update(fast)
+
+
+_fast_paths()
 
 
 __all__ = [

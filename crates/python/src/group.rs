@@ -64,7 +64,7 @@ enum ExchangeBlocks {
 
 /// Where all_gather writes: a pointer per rank, or one buffer's base address.
 #[derive(FromPyObject)]
-enum GatherOutputs {
+pub(crate) enum GatherOutputs {
     Contiguous(usize),
     Blocks(Vec<usize>),
 }
@@ -94,7 +94,7 @@ impl PyProcessGroup {
     }
 
     #[getter]
-    fn size(&self) -> usize {
+    pub(crate) fn size(&self) -> usize {
         self.pg.size()
     }
 
@@ -117,7 +117,7 @@ impl PyProcessGroup {
 
     #[pyo3(signature = (ptr, numel, dtype, op, keep, premul = None, sync = false))]
     #[allow(clippy::too_many_arguments)]
-    fn all_reduce(
+    pub(crate) fn all_reduce(
         &self,
         py: Python<'_>,
         ptr: usize,
@@ -207,7 +207,7 @@ impl PyProcessGroup {
 
     #[pyo3(signature = (ptr, numel, dtype, root, keep, sync = false))]
     #[allow(clippy::too_many_arguments)]
-    fn broadcast(
+    pub(crate) fn broadcast(
         &self,
         py: Python<'_>,
         ptr: usize,
@@ -226,7 +226,7 @@ impl PyProcessGroup {
     /// block in rank order (all_gather_into_tensor).
     #[pyo3(signature = (in_ptr, outputs, numel, dtype, keep, sync = false))]
     #[allow(clippy::too_many_arguments)]
-    fn all_gather(
+    pub(crate) fn all_gather(
         &self,
         py: Python<'_>,
         in_ptr: usize,
@@ -256,7 +256,7 @@ impl PyProcessGroup {
 
     #[pyo3(signature = (in_ptr, out_ptr, numel, dtype, op, keep, premul = None, sync = false))]
     #[allow(clippy::too_many_arguments)]
-    fn reduce_scatter(
+    pub(crate) fn reduce_scatter(
         &self,
         py: Python<'_>,
         in_ptr: usize,
@@ -278,7 +278,7 @@ impl PyProcessGroup {
     }
 
     #[pyo3(signature = (sync = false))]
-    fn barrier(&self, py: Python<'_>, sync: bool) -> CoreResult<Option<PyWork>> {
+    pub(crate) fn barrier(&self, py: Python<'_>, sync: bool) -> CoreResult<Option<PyWork>> {
         let pg = &self.pg;
         let run = if sync { Run::Sync } else { Run::detached() };
         started(interrupt::blocking(py, move || pg.barrier(run))?)

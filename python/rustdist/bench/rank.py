@@ -50,37 +50,47 @@ class Timer:
         self.barrier = barrier
         self.sync = sync
 
-    def iterations(self, calls: list[Call], nbytes: int) -> int:
-        """N, the calls per round, from a few warm calls of every side: the same N for every
-        side (a round's first call absorbs the barrier's skew, so equal N keeps that cost
-        equal) and every rank (from the slowest rank's estimates)."""
-        warm = 10 if nbytes < (1 << 20) else 3 if nbytes < (16 << 20) else 1
+    def iterations(self, calls: list[Call], nbytes: int) -> list[int]:
+        """N for each of `calls`, the calls per round: enough for a round of about
+        ``round_seconds`` from a few warm calls (the slowest rank's estimate, so every rank
+        agrees). Each side gets its own N: the round's first call absorbs the barrier's exit
+        skew, and a fast side held to the N of a slow one (gloo) would report mostly that."""
+        first = 10 if nbytes < (1 << 20) else 3 if nbytes < (16 << 20) else 1
+        est = self._estimate(calls, [first] * len(calls))
+        # Again over about 5 ms: a few calls of a fast collective on oversubscribed cores
+        # say more about the scheduler than about the call.
+        est = self._estimate(calls, [int(min(500, max(1, 0.005 / t))) for t in est])
+        return [int(min(self.cfg.max_iters, max(1.0, self.cfg.round_seconds / t)))
+                for t in est]
+
+    def _estimate(self, calls: list[Call], counts: list[int]) -> list[float]:
+        """Seconds per call of each of `calls` over ``counts[i]`` calls after one more, the
+        slowest rank's."""
         est = np.zeros(len(calls))
         for i, call in enumerate(calls):
             call()
             self.sync()
             t0 = time.perf_counter()
-            for _ in range(warm):
+            for _ in range(counts[i]):
                 call()
             self.sync()
-            est[i] = (time.perf_counter() - t0) / warm
-        mean = float(reduce_max(est).mean())
-        return int(min(self.cfg.max_iters, max(1.0, self.cfg.round_seconds / mean)))
+            est[i] = (time.perf_counter() - t0) / counts[i]
+        return reduce_max(est).tolist()
 
-    def rounds(self, calls: list[Call], iters: int) -> np.ndarray:
-        """Seconds per call of each of `calls` per round, [call, round], the slowest rank's.
-        The order alternates between rounds (forward, then reversed), so order effects
-        cancel out."""
+    def rounds(self, calls: list[Call], iters: list[int]) -> np.ndarray:
+        """Seconds per call of each of `calls` (``iters[i]`` calls of call i a round) per
+        round, [call, round], the slowest rank's. The order alternates between rounds
+        (forward, then reversed), so order effects cancel out."""
         per_call = np.zeros((len(calls), self.cfg.rounds))
         for r in range(self.cfg.rounds):
             for i in range(len(calls)) if r % 2 == 0 else reversed(range(len(calls))):
                 self.sync()
                 self.barrier()
                 t0 = time.perf_counter()
-                for _ in range(iters):
+                for _ in range(iters[i]):
                     calls[i]()
                 self.sync()
-                per_call[i, r] = (time.perf_counter() - t0) / iters
+                per_call[i, r] = (time.perf_counter() - t0) / iters[i]
         return reduce_max(per_call)
 
 
@@ -98,7 +108,7 @@ def bench_case(sides: list[Side], timer: Timer, rank: int, op: str,
     # A side is right when it is right on every rank.
     wrong = reduce_max(np.array([0.0 if ok else 1.0 for ok in oks]))
     timed = [i for i in range(len(sides)) if not wrong[i]]
-    iters = timer.iterations([calls[i] for i in timed], lay.nbytes) if timed else 0
+    iters = timer.iterations([calls[i] for i in timed], lay.nbytes) if timed else []
     per_call = timer.rounds([calls[i] for i in timed], iters) if timed else None
     if rank != 0:
         return None
@@ -108,12 +118,12 @@ def bench_case(sides: list[Side], timer: Timer, rank: int, op: str,
         us = statistics.median(rounds_us)
         algbw, busbw = bandwidths(op, lay.nbytes, world, us * 1e-6)
         peers[sides[i].name] = {"correct": True, "us": us, "algbw_gbps": algbw,
-                                "busbw_gbps": busbw, "rounds_us": rounds_us}
+                                "busbw_gbps": busbw, "rounds_us": rounds_us,
+                                "iters": iters[k]}
     base = peers[sides[0].name].get("us")
     speedup = {f"vs_{name}": p["us"] / base for name, p in peers.items()
                if name != sides[0].name and base and "us" in p}
-    return {"world": world, "op": op, "bytes": lay.nbytes, "iters": iters, "peers": peers,
-            "speedup": speedup}
+    return {"world": world, "op": op, "bytes": lay.nbytes, "peers": peers, "speedup": speedup}
 
 
 def front_door_case(timer: Timer, rank: int) -> Optional[dict[str, Any]]:
@@ -124,7 +134,8 @@ def front_door_case(timer: Timer, rank: int) -> Optional[dict[str, Any]]:
     for call in calls:
         for _ in range(50):
             call()
-    per_call = timer.rounds(calls, iters=500 if timer.cfg.rounds > 5 else 200)
+    n = 2000 if timer.cfg.rounds > 5 else 500
+    per_call = timer.rounds(calls, iters=[n, n])
     if rank != 0:
         return None
     own_us, door_us = (statistics.median(t * 1e6 for t in per_call[i].tolist()) for i in (0, 1))

@@ -1,0 +1,395 @@
+//! `_core.FastPath`: the usual synchronous call of a hot collective (a plain contiguous CPU
+//! tensor, the default op, a rustdist group, no DETAIL checks) goes from Python straight to
+//! the engine; any other call, and every error of the checks, goes to the Python function it
+//! stands in for, which handles the rest of torch.distributed's semantics. The Python layer
+//! costs about as much as the collective itself on small messages, which is why this exists.
+
+use pyo3::exceptions::PyValueError;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBool, PyDict, PyString, PyTuple, PyType};
+
+use crate::group::{GatherOutputs, PyProcessGroup};
+
+/// What the fast path needs from the Python side, set once by `fast_init`.
+struct State {
+    /// `torch.Tensor`: only tensors of exactly this type qualify (subclasses go to Python).
+    tensor: Py<PyType>,
+    /// dtype -> `_core` dtype code, for the dtypes rustdist supports.
+    dtype_codes: Py<PyDict>,
+    /// `ReduceOp.SUM`, and the ReduceOp class whose instances carry it in `.op`.
+    sum: Py<PyAny>,
+    op_class: Py<PyType>,
+    /// rustdist's `distributed_c10d` module (its `_default_pg`) and its ProcessGroup class.
+    api: Py<PyModule>,
+    group_class: Py<PyType>,
+    /// rustdist's `_debug` module (its `detail` flag) and its failure logger `log(name, e)`.
+    debug: Py<PyModule>,
+    log: Py<PyAny>,
+}
+
+static STATE: PyOnceLock<State> = PyOnceLock::new();
+
+/// Sets up the fast path (once; later calls are ignored).
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+pub fn fast_init(
+    py: Python<'_>,
+    tensor: Py<PyType>,
+    dtype_codes: Py<PyDict>,
+    sum: Py<PyAny>,
+    op_class: Py<PyType>,
+    api: Py<PyModule>,
+    group_class: Py<PyType>,
+    debug: Py<PyModule>,
+    log: Py<PyAny>,
+) {
+    let _ = STATE.set(
+        py,
+        State {
+            tensor,
+            dtype_codes,
+            sum,
+            op_class,
+            api,
+            group_class,
+            debug,
+            log,
+        },
+    );
+}
+
+#[derive(Clone, Copy)]
+enum Op {
+    AllReduce,
+    Broadcast,
+    AllGatherIntoTensor,
+    ReduceScatterTensor,
+    Barrier,
+}
+
+impl Op {
+    /// The Python function's parameters, in order.
+    fn params(self) -> &'static [&'static str] {
+        match self {
+            Op::AllReduce => &["tensor", "op", "group", "async_op"],
+            Op::Broadcast => &["tensor", "src", "group", "async_op", "group_src"],
+            Op::AllGatherIntoTensor => &["output_tensor", "input_tensor", "group", "async_op"],
+            Op::ReduceScatterTensor => &["output", "input", "op", "group", "async_op"],
+            Op::Barrier => &["group", "async_op", "device_ids", "timeout"],
+        }
+    }
+}
+
+/// A hot collective's fast path in front of its Python function (see the module doc).
+#[pyclass(module = "rustdist._core", frozen)]
+pub struct FastPath {
+    op: Op,
+    python: Py<PyAny>,
+}
+
+/// The call's arguments by parameter position; None when they do not bind plainly (too
+/// many, unknown or repeated keywords: Python raises the right error).
+fn bind<'py>(
+    params: &[&str],
+    args: &Bound<'py, PyTuple>,
+    kwargs: Option<&Bound<'py, PyDict>>,
+) -> Option<Vec<Option<Bound<'py, PyAny>>>> {
+    if args.len() > params.len() {
+        return None;
+    }
+    let mut bound: Vec<Option<Bound<'py, PyAny>>> = vec![None; params.len()];
+    for (slot, arg) in bound.iter_mut().zip(args.iter()) {
+        *slot = Some(arg);
+    }
+    for (key, value) in kwargs.into_iter().flatten() {
+        let key = key.cast::<PyString>().ok()?.to_cow().ok()?;
+        let i = params.iter().position(|p| *p == key)?;
+        if bound[i].replace(value).is_some() {
+            return None;
+        }
+    }
+    Some(bound)
+}
+
+/// The argument, None when absent or None.
+fn given<'a, 'py>(arg: &'a Option<Bound<'py, PyAny>>) -> Option<&'a Bound<'py, PyAny>> {
+    arg.as_ref().filter(|a| !a.is_none())
+}
+
+/// Whether `async_op` is absent or False.
+fn synchronous(arg: &Option<Bound<'_, PyAny>>) -> bool {
+    arg.as_ref()
+        .is_none_or(|a| a.is(PyBool::new(a.py(), false).as_any()))
+}
+
+/// (data pointer, numel, dtype code) of a plain contiguous CPU tensor of a supported dtype.
+fn cpu_tensor(st: &State, x: &Bound<'_, PyAny>) -> PyResult<Option<(usize, usize, u8)>> {
+    let py = x.py();
+    if !x.get_type().is(st.tensor.bind(py)) {
+        return Ok(None);
+    }
+    let Some(code) = st
+        .dtype_codes
+        .bind(py)
+        .get_item(x.getattr(intern!(py, "dtype"))?)?
+    else {
+        return Ok(None);
+    };
+    if !x.getattr(intern!(py, "is_cpu"))?.is_truthy()?
+        || !x.call_method0(intern!(py, "is_contiguous"))?.is_truthy()?
+    {
+        return Ok(None);
+    }
+    let ptr = x.call_method0(intern!(py, "data_ptr"))?.extract()?;
+    let numel = x.call_method0(intern!(py, "numel"))?.extract()?;
+    Ok(Some((ptr, numel, code.extract()?)))
+}
+
+/// Whether `op` is absent or SUM (a `ReduceOp.SUM` value or a ReduceOp holding it).
+fn is_sum(st: &State, op: &Option<Bound<'_, PyAny>>) -> PyResult<bool> {
+    let Some(op) = op else {
+        return Ok(true);
+    };
+    let py = op.py();
+    let sum = st.sum.bind(py);
+    Ok(op.is(sum)
+        || (op.get_type().is(st.op_class.bind(py)) && op.getattr(intern!(py, "op"))?.is(sum)))
+}
+
+/// The rustdist group `group` names (the default one for None) with its engine group.
+fn rustdist_group<'py>(
+    st: &State,
+    py: Python<'py>,
+    group: &Option<Bound<'py, PyAny>>,
+) -> PyResult<Option<(Bound<'py, PyAny>, Bound<'py, PyProcessGroup>)>> {
+    let pg = match given(group) {
+        Some(g) => g.clone(),
+        None => st.api.bind(py).getattr(intern!(py, "_default_pg"))?,
+    };
+    if !pg.get_type().is(st.group_class.bind(py)) {
+        return Ok(None);
+    }
+    let core = pg
+        .getattr(intern!(py, "_pg"))?
+        .cast_into::<PyProcessGroup>()?;
+    Ok(Some((pg, core)))
+}
+
+/// A call that takes the fast path, with what the engine needs.
+enum Ready<'py> {
+    AllReduce(Bound<'py, PyProcessGroup>, Buf),
+    Broadcast(Bound<'py, PyProcessGroup>, Buf, usize),
+    AllGather(Bound<'py, PyProcessGroup>, Buf, usize),
+    ReduceScatter(Bound<'py, PyProcessGroup>, usize, Buf),
+    Barrier(Bound<'py, PyProcessGroup>),
+}
+
+/// (data pointer, numel, dtype code).
+type Buf = (usize, usize, u8);
+
+impl FastPath {
+    /// The call, when it is the usual kind; None hands it to Python (also when a check
+    /// fails with an error: Python raises the error torch.distributed would).
+    fn ready<'py>(
+        &self,
+        py: Python<'py>,
+        args: &Bound<'py, PyTuple>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Option<Ready<'py>>> {
+        let Some(st) = STATE.get(py) else {
+            return Ok(None);
+        };
+        let Some(a) = bind(self.op.params(), args, kwargs) else {
+            return Ok(None);
+        };
+        if st
+            .debug
+            .bind(py)
+            .getattr(intern!(py, "detail"))?
+            .is_truthy()?
+        {
+            return Ok(None);
+        }
+        Ok(match self.op {
+            Op::AllReduce => {
+                let (Some(t), true, true) = (given(&a[0]), is_sum(st, &a[1])?, synchronous(&a[3]))
+                else {
+                    return Ok(None);
+                };
+                match (rustdist_group(st, py, &a[2])?, cpu_tensor(st, t)?) {
+                    (Some((_, core)), Some(buf)) => Some(Ready::AllReduce(core, buf)),
+                    _ => None,
+                }
+            }
+            Op::Broadcast => {
+                let (Some(t), true) = (given(&a[0]), synchronous(&a[3])) else {
+                    return Ok(None);
+                };
+                let (Some((pg, core)), Some(buf)) =
+                    (rustdist_group(st, py, &a[2])?, cpu_tensor(st, t)?)
+                else {
+                    return Ok(None);
+                };
+                let root = match (given(&a[1]), given(&a[4])) {
+                    (None, Some(group_src)) => group_src.extract::<usize>()?,
+                    (Some(src), None) => {
+                        let ranks = pg.getattr(intern!(py, "_group_ranks"))?;
+                        if ranks.is_none() {
+                            src.extract::<usize>()?
+                        } else {
+                            match ranks.cast::<PyDict>()?.get_item(src)? {
+                                Some(r) => r.extract()?,
+                                None => return Ok(None),
+                            }
+                        }
+                    }
+                    _ => return Ok(None),
+                };
+                (root < core.get().size()).then_some(Ready::Broadcast(core, buf, root))
+            }
+            Op::AllGatherIntoTensor | Op::ReduceScatterTensor => {
+                let gather = matches!(self.op, Op::AllGatherIntoTensor);
+                let (op_ok, group, sync) = if gather {
+                    (true, &a[2], synchronous(&a[3]))
+                } else {
+                    (is_sum(st, &a[2])?, &a[3], synchronous(&a[4]))
+                };
+                let (Some(out), Some(inp), true, true) = (given(&a[0]), given(&a[1]), op_ok, sync)
+                else {
+                    return Ok(None);
+                };
+                let (Some((_, core)), Some(o), Some(i)) = (
+                    rustdist_group(st, py, group)?,
+                    cpu_tensor(st, out)?,
+                    cpu_tensor(st, inp)?,
+                ) else {
+                    return Ok(None);
+                };
+                let (big, small) = if gather { (o, i) } else { (i, o) };
+                if big.2 != small.2 || big.1 != core.get().size() * small.1 {
+                    return Ok(None);
+                }
+                Some(if gather {
+                    Ready::AllGather(core, small, big.0)
+                } else {
+                    Ready::ReduceScatter(core, big.0, small)
+                })
+            }
+            Op::Barrier => {
+                if !synchronous(&a[1]) || given(&a[2]).is_some() || given(&a[3]).is_some() {
+                    return Ok(None);
+                }
+                rustdist_group(st, py, &a[0])?.map(|(_, core)| Ready::Barrier(core))
+            }
+        })
+    }
+}
+
+/// Runs a call that took the fast path, synchronously, on the engine.
+fn run(py: Python<'_>, call: Ready<'_>) -> PyResult<()> {
+    let none = || py.None();
+    match call {
+        Ready::AllReduce(core, (ptr, n, code)) => {
+            core.get()
+                .all_reduce(py, ptr, n, code, 0, none(), None, true)?;
+        }
+        Ready::Broadcast(core, (ptr, n, code), root) => {
+            core.get().broadcast(py, ptr, n, code, root, none(), true)?;
+        }
+        Ready::AllGather(core, (ptr, n, code), out) => {
+            let outputs = GatherOutputs::Contiguous(out);
+            core.get()
+                .all_gather(py, ptr, outputs, n, code, none(), true)?;
+        }
+        Ready::ReduceScatter(core, input, (ptr, n, code)) => {
+            core.get()
+                .reduce_scatter(py, input, ptr, n, code, 0, none(), None, true)?;
+        }
+        Ready::Barrier(core) => {
+            core.get().barrier(py, true)?;
+        }
+    }
+    Ok(())
+}
+
+#[pymethods]
+impl FastPath {
+    /// The fast path of `name` (all_reduce, broadcast, all_gather_into_tensor,
+    /// reduce_scatter_tensor or barrier) in front of `python`, the function with its full
+    /// semantics.
+    #[new]
+    fn new(name: &str, python: Py<PyAny>) -> PyResult<Self> {
+        let op = match name {
+            "all_reduce" => Op::AllReduce,
+            "broadcast" => Op::Broadcast,
+            "all_gather_into_tensor" => Op::AllGatherIntoTensor,
+            "reduce_scatter_tensor" => Op::ReduceScatterTensor,
+            "barrier" => Op::Barrier,
+            _ => return Err(PyValueError::new_err(format!("no fast path for {name:?}"))),
+        };
+        Ok(FastPath { op, python })
+    }
+
+    #[pyo3(signature = (*args, **kwargs))]
+    fn __call__(
+        &self,
+        py: Python<'_>,
+        args: &Bound<'_, PyTuple>,
+        kwargs: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Py<PyAny>> {
+        let Ok(Some(call)) = self.ready(py, args, kwargs) else {
+            return self.python.call(py, args, kwargs);
+        };
+        match run(py, call) {
+            Ok(()) => Ok(py.None()),
+            Err(e) => {
+                // As the Python function's exception_logger would have.
+                if let Some(st) = STATE.get(py) {
+                    let name = self.python.getattr(py, intern!(py, "__name__"))?;
+                    st.log.call1(py, (name, e.value(py)))?;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// The Python function (inspect.signature follows it).
+    #[getter]
+    fn __wrapped__(&self, py: Python<'_>) -> Py<PyAny> {
+        self.python.clone_ref(py)
+    }
+
+    #[getter]
+    fn __doc__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.python.getattr(py, intern!(py, "__doc__"))
+    }
+
+    #[getter]
+    fn __name__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.python.getattr(py, intern!(py, "__name__"))
+    }
+
+    #[getter]
+    fn __qualname__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.python.getattr(py, intern!(py, "__qualname__"))
+    }
+
+    #[getter]
+    fn __module__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.python.getattr(py, intern!(py, "__module__"))
+    }
+
+    /// Pickled by name, as functions are.
+    fn __reduce__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.python.getattr(py, intern!(py, "__qualname__"))
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(format!(
+            "<rustdist function {}>",
+            self.python.getattr(py, intern!(py, "__qualname__"))?
+        ))
+    }
+}
