@@ -847,6 +847,21 @@ def case_mismatch(dist: Any, rank: int, world: int, kind: str) -> None:
         f"(pattern {pat!r}): {err}")
 
 
+def case_group_timeout(dist: Any, rank: int, world: int) -> dict[str, Any]:
+    """Rank 0 only: a synchronous all_reduce no peer joins, in a group with a short timeout,
+    raises in the words torch's tests and log scrapers look for (torch's
+    test_barrier_timeout_full_group matches `` (Timed out|closed|timeout) ``)."""
+    t0 = time.monotonic()
+    try:
+        dist.all_reduce(torch.ones(10))
+    except RuntimeError as e:
+        err = e
+    else:
+        raise AssertionError("all_reduce returned although no peer joined")
+    assert re.search(" (Timed out|closed|timeout) ", str(err)), str(err)
+    return {"type": type(err).__name__, "msg": str(err), "elapsed": time.monotonic() - t0}
+
+
 def case_wait_timeout(dist: Any, rank: int, world: int) -> dict[str, Any]:
     """Rank 0 only: an all_reduce no peer joins; wait(timeout=0.5 s) raises; the Work is then
     neither completed nor successful."""

@@ -72,6 +72,16 @@ def test_mismatch_between_ranks(short_world: Callable[..., World], world: int, k
     w.run("mismatch", timeout=15, kind=kind)
 
 
+def test_group_timeout_says_timed_out(short_world: Callable[..., World]) -> None:
+    """A collective that outlives the group's timeout (2 s) raises DistBackendError saying
+    "Timed out" on time."""
+    w = short_world(2, pg_timeout=2.0)
+    w.run("warmup")
+    out = w.run("group_timeout", ranks=[0], timeout=30)[0]
+    assert out["type"] == "DistBackendError", out
+    assert 1.5 <= out["elapsed"] < 10, out
+
+
 @skip_if_torch("gloo's Work.is_success() is True after wait(timeout) timed out")
 def test_wait_timeout_on_op_nobody_joins(short_world: Callable[..., World]) -> None:
     """wait(timeout=0.5 s) raises; afterwards is_completed() and is_success() are False."""

@@ -1728,7 +1728,8 @@ def monitored_barrier(group: Optional[ProcessGroup] = None,
 
     Rank 0 waits for every other rank to reach the barrier within ``timeout`` and raises
     ``DistBackendError`` naming the first rank that did not (every such rank with
-    ``wait_all_ranks=True``): ``[Rank 0]: Rank 2 failed to pass monitoredBarrier in 300 ms``.
+    ``wait_all_ranks=True``): ``[Rank 0]: Rank 2 failed to pass monitoredBarrier in 300 ms (Rank 0
+    timed out in monitoredBarrier after 300 ms. Successfully processed ranks: 1)``.
     The other ranks raise when rank 0 reports a failure. The group stays usable.
 
     Args:

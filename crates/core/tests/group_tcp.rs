@@ -347,10 +347,14 @@ fn monitored_barrier_names_the_missing_rank() {
             .wait(None)
             .unwrap_err();
         if pg.rank() == 0 {
+            let msg = err.to_string();
             assert!(
-                err.to_string()
-                    .contains("Rank 2 failed to pass monitoredBarrier"),
-                "{err}"
+                msg.contains("Rank 2 failed to pass monitoredBarrier"),
+                "{msg}"
+            );
+            assert!(
+                msg.contains("Rank 0 timed out in monitoredBarrier after 300 ms. Successfully processed ranks: 1)"),
+                "{msg}"
             );
         } else {
             assert!(err.to_string().contains("failed on rank 0"), "{err}");

@@ -12,6 +12,7 @@ use crate::tensor::RawBuf;
 use crate::types::{CollectiveKind, DType, ReduceOp};
 
 pub mod frame;
+pub mod heartbeat;
 pub mod local;
 pub mod members;
 pub mod mesh;

@@ -691,8 +691,7 @@ fn peer_entry(
 
 /// Connects this rank to every other rank of the group: publishes its listening address under
 /// `{prefix}/addr/{rank}`, connects to every lower rank and accepts every higher one, all before
-/// `deadline`, authenticating with `RUSTDIST_AUTH_KEY` when set. The sockets come back
-/// non-blocking with TCP_NODELAY, indexed by rank.
+/// `deadline`, authenticating with `RUSTDIST_AUTH_KEY` when set.
 pub fn connect_mesh(
     store: &dyn Store,
     prefix: &str,
@@ -700,9 +699,42 @@ pub fn connect_mesh(
     size: usize,
     group: u32,
     deadline: Instant,
-) -> Result<Vec<Option<TcpStream>>> {
+) -> Result<Mesh> {
     let key = AuthKey::from_env();
     connect_mesh_with(store, prefix, rank, size, group, deadline, key.as_ref())
+}
+
+/// A connected mesh: a socket to every peer, and what the heartbeat needs.
+pub struct Mesh {
+    /// Non-blocking, TCP_NODELAY, indexed by rank (`None` for this rank).
+    pub socks: Vec<Option<TcpStream>>,
+    /// The job id rank 0 drew.
+    pub job: u64,
+    /// A UDP socket on this rank's listening address (`None` alone in the group).
+    pub udp: Option<UdpSocket>,
+    /// The listening address of every lower rank (where its UDP socket is, too).
+    pub lower: Vec<Option<SocketAddr>>,
+}
+
+/// A TCP listener on `ip` and a UDP socket with the same port number.
+fn bind_pair(ip: IpAddr) -> Result<(TcpListener, UdpSocket, SocketAddr)> {
+    let mut last = None;
+    // The TCP port is free for TCP only: retry while its UDP twin is taken.
+    for _ in 0..16 {
+        let listener = TcpListener::bind((ip, 0))
+            .map_err(|e| Error::network(format!("cannot listen on {ip}: {e}")))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| Error::network(format!("cannot read listening address: {e}")))?;
+        match UdpSocket::bind(addr) {
+            Ok(udp) => return Ok((listener, udp, addr)),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(Error::network(format!(
+        "cannot bind a UDP socket beside the listener on {ip}: {}",
+        last.map_or_else(String::new, |e| e.to_string())
+    )))
 }
 
 /// [`connect_mesh`] with the auth key given (`None`: no authentication).
@@ -714,18 +746,19 @@ pub fn connect_mesh_with(
     group: u32,
     deadline: Instant,
     key: Option<&AuthKey>,
-) -> Result<Vec<Option<TcpStream>>> {
+) -> Result<Mesh> {
     let mut socks: Vec<Option<TcpStream>> = (0..size).map(|_| None).collect();
+    let mut lower = vec![None; size];
     if size <= 1 {
-        return Ok(socks);
+        return Ok(Mesh {
+            socks,
+            job: 0,
+            udp: None,
+            lower,
+        });
     }
     let size32 = u32::try_from(size).map_err(|_| Error::invalid("world size exceeds u32"))?;
-    let ip = listen_ip()?;
-    let listener = TcpListener::bind((ip, 0))
-        .map_err(|e| Error::network(format!("cannot listen on {ip}: {e}")))?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| Error::network(format!("cannot read listening address: {e}")))?;
+    let (listener, udp, addr) = bind_pair(listen_ip()?)?;
     // Rank 0 draws the job id; the others learn it with rank 0's address.
     let first = match rank {
         0 => None,
@@ -768,6 +801,7 @@ pub fn connect_mesh_with(
         greet(&mut sock, &hello, key, peer, peer_addr, deadline)?;
         configure(&sock)?;
         *slot = Some(sock);
+        lower[peer] = Some(peer_addr);
     }
     listener
         .set_nonblocking(true)
@@ -780,7 +814,12 @@ pub fn connect_mesh_with(
         key,
     };
     accept_peers(&listener, &acceptor, &mut socks, deadline)?;
-    Ok(socks)
+    Ok(Mesh {
+        socks,
+        job,
+        udp: Some(udp),
+        lower,
+    })
 }
 
 pub fn pollfd(fd: i32, events: libc::c_short) -> libc::pollfd {

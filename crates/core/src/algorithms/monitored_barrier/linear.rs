@@ -73,7 +73,7 @@ pub fn monitored_barrier(
                 timeout.as_millis()
             ))),
             (Err(_), _) => Err(Error::backend(format!(
-                "[Rank {rank}]: rank 0 did not complete monitored_barrier in {} ms",
+                "[Rank {rank}]: Rank 0 did not complete monitoredBarrier in {} ms (Timed out)",
                 timeout.as_millis()
             ))),
         };
@@ -99,16 +99,25 @@ pub fn monitored_barrier(
         .take(if wait_all_ranks { missing.len() } else { 1 })
         .map(|p| p.to_string())
         .collect();
-    let verdict = if missing.is_empty() {
-        Ok(())
-    } else {
-        Err(Error::backend(format!(
-            "[Rank 0]: Rank{} {} failed to pass monitoredBarrier in {} ms",
+    let verdict =
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            // Both of gloo's phrasings, which log scrapers and torch's tests look for.
+            let processed: Vec<String> = peers
+                .iter()
+                .filter(|p| !missing.contains(p))
+                .map(|p| p.to_string())
+                .collect();
+            Err(Error::backend(format!(
+            "[Rank 0]: Rank{} {} failed to pass monitoredBarrier in {ms} ms (Rank 0 timed out in \
+             monitoredBarrier after {ms} ms. Successfully processed ranks: {})",
             if shown.len() > 1 { "s" } else { "" },
             shown.join(", "),
-            timeout.as_millis()
+            if processed.is_empty() { "none".to_string() } else { processed.join(", ") },
+            ms = timeout.as_millis()
         )))
-    };
+        };
     let mut flag = [u8::from(verdict.is_err())];
     let sends = peers
         .iter()

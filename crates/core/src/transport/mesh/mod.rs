@@ -23,6 +23,7 @@ use crate::error::{Error, Result};
 use crate::store::Store;
 use crate::tensor::RawBuf;
 use crate::transport::frame::{abort_class, FrameKind, Header};
+use crate::transport::heartbeat::{Heartbeat, HeartbeatConfig, Identity};
 use crate::transport::shm::{share_memory, ShmHost, ShmPipe};
 use crate::transport::tcp::connect_mesh;
 use crate::transport::workspace::Workspace;
@@ -100,6 +101,8 @@ pub struct MeshTransport {
     ws_seq: u64,
     /// More local ranks than CPUs: waiting ranks yield at once instead of spinning.
     oversubscribed: bool,
+    /// Fails the group (through `cancel`) when a peer goes silent; stopped at shutdown.
+    heartbeat: Option<Heartbeat>,
     /// Shared memory with the peers on this host; after `peers` and `ws`, so the pipes and
     /// the workspace go first.
     host: Option<ShmHost>,
@@ -126,7 +129,30 @@ impl MeshTransport {
             )));
         }
         let deadline = Instant::now() + timeout;
-        let socks = connect_mesh(&*store, prefix, rank, size, group, deadline)?;
+        let heartbeat_config = HeartbeatConfig::from_env()?;
+        let mesh = connect_mesh(&*store, prefix, rank, size, group, deadline)?;
+        let peer_ips: Vec<_> = mesh
+            .socks
+            .iter()
+            .map(|s| s.as_ref().and_then(|s| s.peer_addr().ok()).map(|a| a.ip()))
+            .collect();
+        let heartbeat = match (heartbeat_config, mesh.udp) {
+            (Some(config), Some(udp)) => Some(Heartbeat::start(
+                udp,
+                Identity {
+                    job: mesh.job,
+                    group,
+                    rank,
+                    size,
+                },
+                &peer_ips,
+                &mesh.lower,
+                config,
+                cancel.clone(),
+            )?),
+            _ => None,
+        };
+        let socks = mesh.socks;
         let (host, host_of) = if shared_memory {
             share_memory(&*store, prefix, rank, size, group, deadline)?
         } else {
@@ -163,6 +189,7 @@ impl MeshTransport {
             }),
             ws,
             ws_seq: u64::MAX,
+            heartbeat,
             host,
         })
     }
@@ -379,6 +406,7 @@ impl Transport for MeshTransport {
     }
 
     fn shutdown(&mut self) {
+        self.heartbeat = None;
         if self.failed.is_none() {
             self.send_control(FrameKind::Goodbye, 0, &[]);
         }

@@ -62,7 +62,7 @@ impl MeshTransport {
                     None => "point-to-point operation".to_string(),
                 };
                 return Err(self.fail(Error::backend(format!(
-                    "rank {}: {what} timed out waiting for its peers",
+                    "rank {}: {what} Timed out waiting for its peers",
                     self.rank
                 ))));
             };

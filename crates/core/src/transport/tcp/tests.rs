@@ -29,6 +29,7 @@ fn spawn_rank(
     thread::spawn(move || {
         let deadline = Instant::now() + Duration::from_secs(60);
         connect_mesh_with(&*store, &prefix, rank, size, GROUP, deadline, key.as_ref())
+            .map(|m| m.socks)
     })
 }
 

@@ -1,0 +1,355 @@
+//! Heartbeats: every rank tells every peer, once per interval, that it is alive, in a UDP
+//! datagram from a thread of its own, and fails the group (through its abort signal) naming
+//! the first peer it has not heard from for `misses` intervals.
+//!
+//! A peer that dies is already named at once by its socket's EOF; heartbeats catch what gives
+//! no EOF: a cut link, a frozen (SIGSTOPped) process, a host gone without a FIN. They travel
+//! apart from the data, so a long transfer never delays them and they never interleave with a
+//! frame; a rank busy computing (not calling collectives) still beats, from this thread.
+//!
+//! Each rank's UDP socket has the port number of its TCP listener (see `tcp.rs`), so a rank
+//! knows where the lower ranks listen from their published addresses; the higher ranks are
+//! learnt from their first datagram (checked against the job, the group, the rank and the
+//! address of that rank's TCP connection). A datagram is 24 bytes: magic, kind, job, group,
+//! rank; anything else is ignored. A rank that leaves says goodbye and is no longer watched.
+
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::cancel::Cancel;
+use crate::error::{Error, Result};
+
+const MAGIC: u32 = 0x5244_4842; // "RDHB"
+const BEAT: u32 = 1;
+const GOODBYE: u32 = 2;
+const DATAGRAM_LEN: usize = 24;
+
+/// How often a rank beats and how many missed beats fail the group.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HeartbeatConfig {
+    pub interval: Duration,
+    pub misses: u32,
+}
+
+impl HeartbeatConfig {
+    /// From `RUSTDIST_HEARTBEAT_INTERVAL` (seconds, default 1; 0 turns heartbeats off) and
+    /// `RUSTDIST_HEARTBEAT_MISSES` (default 5): a silent peer is named within about 6 s.
+    pub fn from_env() -> Result<Option<HeartbeatConfig>> {
+        let interval = match std::env::var("RUSTDIST_HEARTBEAT_INTERVAL") {
+            Ok(v) => match v.trim().parse::<f64>() {
+                Ok(0.0) => return Ok(None),
+                Ok(s) if s.is_finite() && s > 0.0 => Duration::from_secs_f64(s),
+                _ => {
+                    return Err(Error::invalid(format!(
+                    "RUSTDIST_HEARTBEAT_INTERVAL must be a number of seconds (0 = off), not {v:?}"
+                )))
+                }
+            },
+            Err(_) => Duration::from_secs(1),
+        };
+        let misses = match std::env::var("RUSTDIST_HEARTBEAT_MISSES") {
+            Ok(v) => v
+                .trim()
+                .parse::<u32>()
+                .ok()
+                .filter(|&m| m > 0)
+                .ok_or_else(|| {
+                    Error::invalid(format!(
+                        "RUSTDIST_HEARTBEAT_MISSES must be a positive integer, not {v:?}"
+                    ))
+                })?,
+            Err(_) => 5,
+        };
+        Ok(Some(HeartbeatConfig { interval, misses }))
+    }
+}
+
+/// Who this rank is, for the datagrams it sends and accepts.
+#[derive(Debug, Clone, Copy)]
+pub struct Identity {
+    pub job: u64,
+    pub group: u32,
+    pub rank: usize,
+    pub size: usize,
+}
+
+fn encode(kind: u32, id: &Identity) -> [u8; DATAGRAM_LEN] {
+    let mut b = [0u8; DATAGRAM_LEN];
+    b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+    b[4..8].copy_from_slice(&kind.to_le_bytes());
+    b[8..16].copy_from_slice(&id.job.to_le_bytes());
+    b[16..20].copy_from_slice(&id.group.to_le_bytes());
+    b[20..24].copy_from_slice(&(id.rank as u32).to_le_bytes());
+    b
+}
+
+/// The kind and rank of a datagram of this job and group; `None` for anything else.
+fn decode(b: &[u8], id: &Identity) -> Option<(u32, usize)> {
+    let b: &[u8; DATAGRAM_LEN] = b.try_into().ok()?;
+    let word = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+    let job = u64::from_le_bytes(b[8..16].try_into().ok()?);
+    let rank = word(20) as usize;
+    let kind = word(4);
+    (word(0) == MAGIC
+        && job == id.job
+        && word(16) == id.group
+        && rank < id.size
+        && rank != id.rank
+        && (kind == BEAT || kind == GOODBYE))
+        .then_some((kind, rank))
+}
+
+/// The running heartbeat of one group; stops (saying goodbye) when dropped.
+pub struct Heartbeat {
+    stop: Arc<AtomicBool>,
+    /// The thread's socket, to wake it from its receive when stopping.
+    waker: UdpSocket,
+    thread: Option<JoinHandle<()>>,
+}
+
+struct Peer {
+    /// Where its UDP socket is, once known.
+    addr: Option<SocketAddr>,
+    /// The IP its TCP connection comes from: datagrams claiming this rank must too.
+    ip: IpAddr,
+    heard: Instant,
+    left: bool,
+}
+
+impl Heartbeat {
+    /// Starts beating on `sock` to the peers at `peer_ips` (`None` for this rank; the UDP
+    /// addresses of the lower ranks in `known`), raising `cancel` when one goes silent.
+    pub fn start(
+        sock: UdpSocket,
+        id: Identity,
+        peer_ips: &[Option<IpAddr>],
+        known: &[Option<SocketAddr>],
+        config: HeartbeatConfig,
+        cancel: Arc<Cancel>,
+    ) -> Result<Heartbeat> {
+        let now = Instant::now();
+        let peers: Vec<Option<Peer>> = peer_ips
+            .iter()
+            .zip(known)
+            .map(|(ip, addr)| {
+                ip.map(|ip| Peer {
+                    addr: *addr,
+                    ip,
+                    heard: now,
+                    left: false,
+                })
+            })
+            .collect();
+        let waker = sock
+            .try_clone()
+            .map_err(|e| Error::network(format!("cannot share the heartbeat socket: {e}")))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopping = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("rustdist-hb-{}", id.rank))
+            .spawn(move || beat(sock, id, peers, config, &cancel, &stopping))
+            .map_err(|e| Error::Runtime(format!("cannot start the heartbeat thread: {e}")))?;
+        Ok(Heartbeat {
+            stop,
+            waker,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        // Any datagram wakes the thread from its receive; it then sees `stop`.
+        if let Ok(own) = self.waker.local_addr() {
+            let _ = self.waker.send_to(&[0], own);
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn send_all(sock: &UdpSocket, peers: &[Option<Peer>], datagram: &[u8]) {
+    for addr in peers.iter().flatten().filter_map(|p| p.addr) {
+        // A lost or refused datagram is what the receiver's miss count is for.
+        let _ = sock.send_to(datagram, addr);
+    }
+}
+
+/// The heartbeat thread.
+fn beat(
+    sock: UdpSocket,
+    id: Identity,
+    mut peers: Vec<Option<Peer>>,
+    config: HeartbeatConfig,
+    cancel: &Cancel,
+    stop: &AtomicBool,
+) {
+    let beat = encode(BEAT, &id);
+    let silence = config.interval * config.misses;
+    let mut next = Instant::now();
+    let mut buf = [0u8; 64];
+    while !stop.load(Ordering::Acquire) {
+        let now = Instant::now();
+        if now >= next {
+            send_all(&sock, &peers, &beat);
+            next = now + config.interval;
+            if !cancel.is_raised() {
+                if let Some((p, peer)) = peers
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(p, x)| x.as_ref().map(|x| (p, x)))
+                    .find(|(_, x)| !x.left && now.duration_since(x.heard) > silence)
+                {
+                    cancel.raise(Error::network(format!(
+                        "rank {p} (host {}) has been silent for {:.1} s: no heartbeat reached \
+                         rank {} (a cut link, a frozen process or a host gone); the group is failed",
+                        peer.ip,
+                        now.duration_since(peer.heard).as_secs_f64(),
+                        id.rank
+                    )));
+                }
+            }
+        }
+        let wait = next.saturating_duration_since(Instant::now());
+        if sock
+            .set_read_timeout(Some(wait.max(Duration::from_millis(1))))
+            .is_err()
+        {
+            return;
+        }
+        let Ok((n, from)) = sock.recv_from(&mut buf) else {
+            continue;
+        };
+        let Some((kind, rank)) = decode(&buf[..n], &id) else {
+            continue;
+        };
+        let Some(peer) = peers[rank].as_mut().filter(|p| p.ip == from.ip()) else {
+            continue;
+        };
+        peer.heard = Instant::now();
+        peer.addr.get_or_insert(from);
+        peer.left |= kind == GOODBYE;
+    }
+    send_all(&sock, &peers, &encode(GOODBYE, &id));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(rank: usize) -> Identity {
+        Identity {
+            job: 7,
+            group: 3,
+            rank,
+            size: 2,
+        }
+    }
+
+    #[test]
+    fn datagrams_of_other_jobs_groups_and_ranks_are_ignored() {
+        let b = encode(BEAT, &id(1));
+        assert_eq!(decode(&b, &id(0)), Some((BEAT, 1)));
+        assert_eq!(decode(&b, &id(1)), None, "from itself");
+        assert_eq!(decode(&b[..23], &id(0)), None, "short");
+        let other_job = Identity { job: 8, ..id(0) };
+        assert_eq!(decode(&b, &other_job), None);
+        let other_group = Identity { group: 4, ..id(0) };
+        assert_eq!(decode(&b, &other_group), None);
+        let mut bad = b;
+        bad[20] = 9;
+        assert_eq!(decode(&bad, &id(0)), None, "rank out of range");
+        bad = b;
+        bad[4] = 3;
+        assert_eq!(decode(&bad, &id(0)), None, "unknown kind");
+    }
+
+    const LOCAL: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+
+    fn udp() -> UdpSocket {
+        UdpSocket::bind((LOCAL, 0)).unwrap()
+    }
+
+    /// Rank 1 of a pair beating to `lower`, rank 0's socket.
+    fn upper(lower: SocketAddr, config: HeartbeatConfig) -> (Heartbeat, Arc<Cancel>) {
+        let cancel = Arc::new(Cancel::default());
+        let beat = Heartbeat::start(
+            udp(),
+            id(1),
+            &[Some(LOCAL), None],
+            &[Some(lower), None],
+            config,
+            cancel.clone(),
+        )
+        .unwrap();
+        (beat, cancel)
+    }
+
+    /// Rank 0 of a pair on `sock`, learning rank 1's address from its datagrams.
+    fn lower(sock: UdpSocket, config: HeartbeatConfig) -> (Heartbeat, Arc<Cancel>) {
+        let cancel = Arc::new(Cancel::default());
+        let beat = Heartbeat::start(
+            sock,
+            id(0),
+            &[None, Some(LOCAL)],
+            &[None, None],
+            config,
+            cancel.clone(),
+        )
+        .unwrap();
+        (beat, cancel)
+    }
+
+    fn raised_within(c: &Cancel, within: Duration) -> bool {
+        let end = Instant::now() + within;
+        while Instant::now() < end {
+            if c.is_raised() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+
+    const FAST: HeartbeatConfig = HeartbeatConfig {
+        interval: Duration::from_millis(50),
+        misses: 4,
+    };
+
+    #[test]
+    fn beating_peers_stay_up_and_a_departed_one_is_not_blamed() {
+        let sock = udp();
+        let (up, up_cancel) = upper(sock.local_addr().unwrap(), FAST);
+        let (_low, low_cancel) = lower(sock, FAST);
+        // Both beat (rank 0 learns rank 1's address): no failure over many silence windows.
+        assert!(!raised_within(&low_cancel, FAST.interval * 16));
+        assert!(!up_cancel.is_raised());
+        // Rank 1 leaves with a goodbye: rank 0 does not fail.
+        drop(up);
+        assert!(!raised_within(&low_cancel, FAST.interval * 16));
+    }
+
+    #[test]
+    fn a_peer_that_never_beats_fails_the_group_naming_it() {
+        let frozen = udp();
+        let (_up, cancel) = upper(frozen.local_addr().unwrap(), FAST);
+        assert!(raised_within(&cancel, FAST.interval * 20));
+        let msg = cancel.check().unwrap_err().to_string();
+        assert!(
+            msg.contains("rank 0 (host 127.0.0.1) has been silent"),
+            "{msg}"
+        );
+        // Rank 1 beat to rank 0 all along.
+        let mut buf = [0u8; 64];
+        frozen
+            .set_read_timeout(Some(Duration::from_secs(1)))
+            .unwrap();
+        let (n, _) = frozen.recv_from(&mut buf).unwrap();
+        assert_eq!(decode(&buf[..n], &id(0)), Some((BEAT, 1)));
+    }
+}
