@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import subprocess
 import sys
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 from . import __doc__ as PACKAGE_DOC
 from . import plot, report, soak
 from .common import LABELS, OPS, SIZES, Config, fmt_size, machine, parse_size
-from .launch import free_port, mpi_problem, mpi_version, run_world
+from .launch import Launcher, free_port, mpi_problem, mpi_version, run_world, start_ranks
 from .progress import Progress
 from .selection import format_selection, selection_table
 
@@ -50,12 +52,18 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                    help="mixed operations through rustdist only, watching RSS, fds and threads")
     p.add_argument("--soak-ops", type=int, default=SOAK_OPS,
                    help=f"operations of --soak (default: {SOAK_OPS})")
+    p.add_argument("--link", metavar="RATE",
+                   help="run each rank on a test host of its own (a network namespace; root "
+                        "and iproute2), every host's link shaped to RATE with tc, e.g. 1gbit, "
+                        "10gbit: the TCP path between hosts")
     p.add_argument("--show-selection", action="store_true",
                    help="print which algorithm rustdist picks per collective, link kind, world "
                         "and size, and run nothing")
     args = p.parse_args(argv)
     if args.soak and (args.vs or args.device == "cuda"):
         p.error("--soak runs rustdist alone on the CPU: no --vs or --device cuda with it")
+    if args.link and (args.vs or args.device == "cuda"):
+        p.error("--link runs rustdist and gloo on CPU test hosts: no --vs or --device cuda")
     if args.vs and args.device == "cuda":
         p.error("--vs mpi compares CPU collectives; not with --device cuda")
     args.mode = "soak" if args.soak else "cuda" if args.device == "cuda" else "compare"
@@ -75,13 +83,37 @@ def _rounds(args: argparse.Namespace) -> tuple[int, float]:
     return (5, 0.01) if args.quick else (15, 0.03)
 
 
-def _config(args: argparse.Namespace, world: int) -> Config:
+def _config(args: argparse.Namespace, world: int, master_addr: str = MASTER_ADDR) -> Config:
     """The config of one world, on a port free now (taken when the world starts)."""
     rounds, round_seconds = _rounds(args)
+    port = free_port(MASTER_ADDR) if master_addr == MASTER_ADDR else 29500
     return Config(mode=args.mode, world=world, ops=tuple(args.ops), sizes=args.sizes,
                   rounds=rounds, round_seconds=round_seconds, max_iters=MAX_ITERS,
-                  mpi=args.vs == "mpi", master_addr=MASTER_ADDR,
-                  master_port=free_port(MASTER_ADDR), soak_ops=args.soak_ops)
+                  mpi=args.vs == "mpi", master_addr=master_addr,
+                  master_port=port, soak_ops=args.soak_ops)
+
+
+@contextlib.contextmanager
+def _world_hosts(args: argparse.Namespace, world: int) -> Iterator[tuple[str, Launcher]]:
+    """Where one world runs: (MASTER_ADDR, launcher). With ``--link``, a test host per rank
+    (fresh namespaces, so the port is free) with its link shaped, torn down afterwards."""
+    if not args.link:
+        yield MASTER_ADDR, start_ranks
+        return
+    from .. import _netns
+
+    with _netns.Hosts(world) as hosts:
+        hosts.shape(rate=args.link)
+
+        def launch(commands: Sequence[Sequence[str]], envs: Sequence[Mapping[str, str]]
+                   ) -> list[subprocess.Popen[Any]]:
+            # gloo and rustdist both listen on the host's eth0 (gloo would take the address
+            # the hostname resolves to: loopback).
+            return [hosts.popen(r, list(cmd), env={**env, "GLOO_SOCKET_IFNAME": "eth0"},
+                                stdin=subprocess.DEVNULL)
+                    for r, (cmd, env) in enumerate(zip(commands, envs))]
+
+        yield hosts.addr(0), launch
 
 
 def _write_json(path: str, doc: dict[str, Any]) -> None:
@@ -90,10 +122,13 @@ def _write_json(path: str, doc: dict[str, Any]) -> None:
     print(f"results written to {path}")
 
 
-def _run(cfg: Config, on_event: Callable[[dict[str, Any]], None], progress: Progress) -> None:
+def _run(args: argparse.Namespace, world: int, on_event: Callable[[dict[str, Any]], None],
+         progress: Progress) -> None:
     """One world; a failed rank ends the bench (its traceback is already on stderr)."""
     try:
-        run_world(cfg, on_event, on_poll=progress.tick)
+        with _world_hosts(args, world) as (master_addr, launcher):
+            run_world(_config(args, world, master_addr), on_event, launcher=launcher,
+                      on_poll=progress.tick)
     except RuntimeError as e:
         progress.close()
         sys.exit(f"bench failed: {e}")
@@ -109,7 +144,8 @@ def compare(args: argparse.Namespace, mach: dict[str, Any]) -> int:
     print(f"{' vs '.join(LABELS[p] for p in peers)} | {mach['cpu']} | "
           f"{mach['usable_cores']}/{mach['cores']} cores | Python {mach['python']} | "
           f"torch {mach['torch']} | rustdist {mach['rustdist']} ({mach['rustdist_links']})"
-          + (f" | {mach['mpi']}" if "mpi" in mach else ""))
+          + (f" | {mach['mpi']}" if "mpi" in mach else "")
+          + (f" | a test host per rank, links shaped to {args.link} (tc tbf)" if args.link else ""))
     print(f"{rounds} alternating rounds of ~{round_s * 1e3:.0f} ms per side (barrier, then N "
           "calls, same N for every side); latency = median over rounds of the slowest rank's "
           "mean per call")
@@ -137,14 +173,17 @@ def compare(args: argparse.Namespace, mach: dict[str, Any]) -> int:
                 progress.print("\n" + report.front_door_line(ev))
                 progress.advance()
 
-        _run(_config(args, world), on_event, progress)
+        _run(args, world, on_event, progress)
     progress.close()
     summary = report.summarize(rows, fronts, peers, time.perf_counter() - start)
     print("\nsummary: " + "\n         ".join(report.summary_lines(summary)))
     plots = _plots(rows, args.json, mach)
     _write_json(args.json, {
         "machine": mach, "mode": args.mode, "peers": peers,
-        "launcher": "mpirun --allow-run-as-root --oversubscribe" if args.vs else "processes",
+        "launcher": ("mpirun --allow-run-as-root --oversubscribe" if args.vs else
+                     f"a test host per rank, links shaped to {args.link}" if args.link else
+                     "processes"),
+        "link": args.link,
         "config": {"worlds": args.world, "ops": args.ops, "sizes": list(args.sizes),
                    "rounds": rounds, "round_seconds": round_s, "max_iters": MAX_ITERS},
         "results": rows, "front_door": fronts, "summary": summary, "plots": plots})
@@ -186,7 +225,7 @@ def soak_run(args: argparse.Namespace, mach: dict[str, Any]) -> int:
             if len(row) == world:
                 progress.print(soak.table_row(ev["ops"], row))
 
-        _run(_config(args, world), on_event, progress)
+        _run(args, world, on_event, progress)
         problems = soak.verdict(samples)
         failed = failed or bool(problems)
         results[world] = {"passed": not problems, "problems": problems, "samples": samples}
