@@ -17,8 +17,8 @@ use std::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::reduce;
-use crate::transport::workspace::{Arrival, Workspace, REGION_BYTES};
-use crate::transport::{Op, OpCtx, Peers, SharedMemory, Signature, Transport};
+use crate::transport::workspace::{Workspace, REGION_BYTES};
+use crate::transport::{Op, OpCtx, Peers, SharedMemory, Signature, Transport, WorkspaceHost};
 
 enum Payload {
     Collective {
@@ -289,73 +289,31 @@ impl LocalTransport {
     }
 }
 
-impl SharedMemory for LocalTransport {
-    fn local_rank(&self) -> usize {
-        self.ws.as_ref().map_or(0, Workspace::local_rank)
+impl WorkspaceHost for LocalTransport {
+    fn workspace(&self) -> Option<&Workspace> {
+        self.ws.as_ref()
     }
 
-    fn local_size(&self) -> usize {
-        self.ws.as_ref().map_or(1, Workspace::local_size)
+    fn workspace_mut(&mut self) -> Option<&mut Workspace> {
+        self.ws.as_mut()
     }
 
-    fn group_rank(&self, local: usize) -> usize {
-        self.ws
-            .as_ref()
-            .map_or(self.rank, |ws| ws.group_ranks()[local])
+    fn await_workspace(
+        &mut self,
+        ctx: &OpCtx,
+        _peers: Peers<'_>,
+        ready: &mut dyn FnMut(&mut Workspace) -> bool,
+    ) -> Result<()> {
+        self.ws_poll(ctx, ready)
     }
 
-    fn prepare(&mut self, ctx: &OpCtx) -> Result<&mut [u8]> {
-        self.ws_poll(ctx, &mut |ws| ws.may_write(true))?;
-        match self.ws.as_mut() {
-            Some(ws) => Ok(ws.next_slot()),
-            None => Err(Error::Runtime("no workspace on this host".into())),
-        }
-    }
-
-    fn prepare_flag(&mut self, ctx: &OpCtx) -> Result<()> {
-        self.ws_poll(ctx, &mut |ws| ws.may_write(false))
-    }
-
-    fn publish(&mut self, inline: &[u8]) {
-        if let Some(ws) = self.ws.as_mut() {
-            ws.publish(inline);
-        }
-    }
-
-    fn wait(&mut self, ctx: &OpCtx, peers: Peers<'_>) -> Result<()> {
-        let mut differing = None;
-        self.ws_poll(ctx, &mut |ws| {
-            let (me, n) = (ws.local_rank(), ws.local_size());
-            let mut check = |p: usize| match ws.arrived(p) {
-                Arrival::Pending => false,
-                Arrival::Arrived => true,
-                Arrival::Mismatch => {
-                    differing = Some(p);
-                    true
-                }
-            };
-            match peers {
-                Peers::All => (0..n).all(|p| p == me || check(p)),
-                Peers::Only(list) => list.iter().all(|&p| p == me || check(p)),
-            }
-        })?;
-        match differing {
-            Some(p) => Err(Error::backend(format!(
-                "{} mismatch between ranks: rank {} and local rank {p} disagree (collective #{})",
-                ctx.sig.kind.name(),
-                self.rank,
-                ctx.seq
-            ))),
-            None => Ok(()),
-        }
-    }
-
-    fn inline(&self, local: usize, len: usize) -> &[u8] {
-        self.ws.as_ref().map_or(&[], |ws| ws.inline(local, len))
-    }
-
-    fn slot(&self, local: usize) -> &[u8] {
-        self.ws.as_ref().map_or(&[], |ws| ws.slot(local))
+    fn mismatch(&mut self, ctx: &OpCtx, local: usize) -> Error {
+        Error::backend(format!(
+            "{} mismatch between ranks: rank {} and local rank {local} disagree (collective #{})",
+            ctx.sig.kind.name(),
+            self.rank,
+            ctx.seq
+        ))
     }
 }
 

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 use crate::tensor::RawBuf;
 use crate::types::{CollectiveKind, DType, ReduceOp};
+use workspace::{Arrival, Workspace};
 
 pub mod frame;
 pub mod heartbeat;
@@ -143,6 +144,91 @@ pub trait SharedMemory {
     fn inline(&self, local: usize, len: usize) -> &[u8];
     /// Local rank `local`'s data slot of the current step.
     fn slot(&self, local: usize) -> &[u8];
+}
+
+/// What a transport with a workspace provides; [`SharedMemory`] is built on it once for all.
+pub(crate) trait WorkspaceHost {
+    fn workspace(&self) -> Option<&Workspace>;
+    fn workspace_mut(&mut self) -> Option<&mut Workspace>;
+    /// Waits until `ready` holds (announcing `ctx` first), watching `peers` for failures,
+    /// within `ctx`'s deadline.
+    fn await_workspace(
+        &mut self,
+        ctx: &OpCtx,
+        peers: Peers<'_>,
+        ready: &mut dyn FnMut(&mut Workspace) -> bool,
+    ) -> Result<()>;
+    /// The error naming local rank `local`, which is in another collective than `ctx`.
+    fn mismatch(&mut self, ctx: &OpCtx, local: usize) -> Error;
+    /// Wakes the local ranks that sleep waiting for a step (after a publish).
+    fn wake_local(&self) {}
+}
+
+fn no_workspace() -> Error {
+    Error::Runtime("this group has no shared-memory workspace".into())
+}
+
+impl<T: WorkspaceHost> SharedMemory for T {
+    fn local_rank(&self) -> usize {
+        self.workspace().map_or(0, Workspace::local_rank)
+    }
+
+    fn local_size(&self) -> usize {
+        self.workspace().map_or(1, Workspace::local_size)
+    }
+
+    fn group_rank(&self, local: usize) -> usize {
+        self.workspace().map_or(local, |ws| ws.group_ranks()[local])
+    }
+
+    fn prepare(&mut self, ctx: &OpCtx) -> Result<&mut [u8]> {
+        self.await_workspace(ctx, Peers::All, &mut |ws| ws.may_write(true))?;
+        self.workspace_mut()
+            .map(Workspace::next_slot)
+            .ok_or_else(no_workspace)
+    }
+
+    fn prepare_flag(&mut self, ctx: &OpCtx) -> Result<()> {
+        self.await_workspace(ctx, Peers::All, &mut |ws| ws.may_write(false))
+    }
+
+    fn publish(&mut self, inline: &[u8]) {
+        if let Some(ws) = self.workspace_mut() {
+            ws.publish(inline);
+            self.wake_local();
+        }
+    }
+
+    fn wait(&mut self, ctx: &OpCtx, peers: Peers<'_>) -> Result<()> {
+        let mut differing = None;
+        self.await_workspace(ctx, peers, &mut |ws| {
+            let (me, n) = (ws.local_rank(), ws.local_size());
+            let mut check = |p: usize| match ws.arrived(p) {
+                Arrival::Pending => false,
+                Arrival::Arrived => true,
+                Arrival::Mismatch => {
+                    differing = Some(p);
+                    true
+                }
+            };
+            match peers {
+                Peers::All => (0..n).all(|p| p == me || check(p)),
+                Peers::Only(list) => list.iter().all(|&p| p == me || check(p)),
+            }
+        })?;
+        match differing {
+            Some(p) => Err(self.mismatch(ctx, p)),
+            None => Ok(()),
+        }
+    }
+
+    fn inline(&self, local: usize, len: usize) -> &[u8] {
+        self.workspace().map_or(&[], |ws| ws.inline(local, len))
+    }
+
+    fn slot(&self, local: usize) -> &[u8] {
+        self.workspace().map_or(&[], |ws| ws.slot(local))
+    }
 }
 
 /// Point-to-point and collective messaging between the ranks of one group.

@@ -89,24 +89,7 @@ impl MeshTransport {
                         && (peer.link.has_data() || (!peer.txq.is_empty() && peer.link.has_space()))
                 })
             });
-            for p in 0..self.size {
-                let Some(peer) = self.peers[p].as_mut() else {
-                    continue;
-                };
-                // Unread bytes (perhaps a goodbye) come first; the socket's EOF is only news
-                // once the pipe is drained.
-                let drained = peer.link.in_memory() && !peer.link.has_data();
-                if drained && !peer.closed && !peer.link.alive() {
-                    peer.closed = true;
-                    if !peer.left {
-                        let rank = self.rank;
-                        return Err(self.fail(Error::network(format!(
-                            "rank {p} closed its connection to rank {rank} unexpectedly; it probably died"
-                        ))));
-                    }
-                }
-            }
-            return Ok(());
+            return self.check_alive();
         }
         let mut fds: Vec<libc::pollfd> = Vec::with_capacity(self.size);
         for peer in self.peers.iter().flatten() {
@@ -155,6 +138,8 @@ impl MeshTransport {
             let Some(peer) = self.peers[p].as_mut() else {
                 continue;
             };
+            // Unread bytes (perhaps a goodbye) come first; the socket's EOF is only news once
+            // the pipe is drained.
             let drained = peer.link.in_memory() && !peer.link.has_data();
             if drained && !peer.closed && !peer.link.alive() {
                 peer.closed = true;

@@ -9,8 +9,8 @@ use crate::error::{Error, Result};
 use crate::interrupt;
 use crate::spin::Spin;
 use crate::transport::frame::{signature_diff, Codes};
-use crate::transport::workspace::{unpacked, Arrival, Workspace};
-use crate::transport::{remaining, OpCtx, Peers, SharedMemory};
+use crate::transport::workspace::{unpacked, Workspace};
+use crate::transport::{remaining, OpCtx, Peers, WorkspaceHost};
 
 /// Rounds of busy polling (with a pause) before a workspace wait starts servicing links and
 /// yielding: a peer on another core answers within a few hundred nanoseconds.
@@ -171,72 +171,31 @@ fn waited_ranks<'a>(ws: &'a Workspace, waited: Peers<'a>) -> impl Iterator<Item 
     all.filter(move |&p| p != me && (matches!(waited, Peers::All) || only.contains(&p)))
 }
 
-impl SharedMemory for MeshTransport {
-    fn local_rank(&self) -> usize {
-        self.ws.as_ref().map_or(0, Workspace::local_rank)
+impl WorkspaceHost for MeshTransport {
+    fn workspace(&self) -> Option<&Workspace> {
+        self.ws.as_ref()
     }
 
-    fn local_size(&self) -> usize {
-        self.ws.as_ref().map_or(1, Workspace::local_size)
+    fn workspace_mut(&mut self) -> Option<&mut Workspace> {
+        self.ws.as_mut()
     }
 
-    fn group_rank(&self, local: usize) -> usize {
-        self.ws
-            .as_ref()
-            .map_or(self.rank, |ws| ws.group_ranks()[local])
+    fn await_workspace(
+        &mut self,
+        ctx: &OpCtx,
+        peers: Peers<'_>,
+        ready: &mut dyn FnMut(&mut Workspace) -> bool,
+    ) -> Result<()> {
+        self.ws_await(ctx, peers, ready)
     }
 
-    fn prepare(&mut self, ctx: &OpCtx) -> Result<&mut [u8]> {
-        self.ws_await(ctx, Peers::All, &mut |ws| ws.may_write(true))?;
-        match self.ws.as_mut() {
-            Some(ws) => Ok(ws.next_slot()),
-            None => Err(Error::Runtime(
-                "this group has no shared-memory workspace".into(),
-            )),
+    fn mismatch(&mut self, ctx: &OpCtx, local: usize) -> Error {
+        self.ws_mismatch(ctx, local)
+    }
+
+    fn wake_local(&self) {
+        if let (Some(host), Some(ws)) = (&self.host, &self.ws) {
+            host.wake(ws.group_ranks(), self.rank);
         }
-    }
-
-    fn prepare_flag(&mut self, ctx: &OpCtx) -> Result<()> {
-        self.ws_await(ctx, Peers::All, &mut |ws| ws.may_write(false))
-    }
-
-    fn publish(&mut self, inline: &[u8]) {
-        if let Some(ws) = self.ws.as_mut() {
-            ws.publish(inline);
-            if let Some(host) = &self.host {
-                host.wake(ws.group_ranks(), self.rank);
-            }
-        }
-    }
-
-    fn wait(&mut self, ctx: &OpCtx, peers: Peers<'_>) -> Result<()> {
-        let mut differing = None;
-        self.ws_await(ctx, peers, &mut |ws| {
-            let (me, n) = (ws.local_rank(), ws.local_size());
-            let mut check = |p: usize| match ws.arrived(p) {
-                Arrival::Pending => false,
-                Arrival::Arrived => true,
-                Arrival::Mismatch => {
-                    differing = Some(p);
-                    true
-                }
-            };
-            match peers {
-                Peers::All => (0..n).all(|p| p == me || check(p)),
-                Peers::Only(list) => list.iter().all(|&p| p == me || check(p)),
-            }
-        })?;
-        match differing {
-            Some(p) => Err(self.ws_mismatch(ctx, p)),
-            None => Ok(()),
-        }
-    }
-
-    fn inline(&self, local: usize, len: usize) -> &[u8] {
-        self.ws.as_ref().map_or(&[], |ws| ws.inline(local, len))
-    }
-
-    fn slot(&self, local: usize) -> &[u8] {
-        self.ws.as_ref().map_or(&[], |ws| ws.slot(local))
     }
 }
