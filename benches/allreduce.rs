@@ -31,17 +31,17 @@ fn run_iters(
     let mut buf = vec![0x3cu8; bytes];
     for _ in 0..iters {
         *seq += 1;
-        let ctx = OpCtx {
-            seq: *seq,
-            sig: Signature {
+        let ctx = OpCtx::new(
+            *seq,
+            Signature {
                 kind: CollectiveKind::AllReduce,
                 dtype: DType::F32,
                 op: ReduceOp::Sum,
                 count: (bytes / 4) as u64,
             },
-            reduce: ReduceOp::Sum,
-            deadline: Instant::now() + TIMEOUT,
-        };
+            ReduceOp::Sum,
+            TIMEOUT,
+        );
         all_reduce(t, &ctx, &mut buf, algos).unwrap();
     }
 }

@@ -621,7 +621,8 @@ def case_bad_all_gather_list(dist: Any, rank: int, world: int) -> None:
 
 
 def case_bad_output_size(dist: Any, rank: int, world: int) -> None:
-    """Output tensors of the wrong size (gloo aborts the process here: rustdist-only)."""
+    """Output tensors of the wrong size, and all_to_all_single tensors whose dimension 0 does
+    not split into equal blocks (gloo aborts the process here: rustdist-only)."""
     pat = r"size|numel|element|shape"
     x = torch.ones(4)
     for n in (world * 4 - 1, world * 4 + 4):
@@ -641,6 +642,15 @@ def case_bad_output_size(dist: Any, rank: int, world: int) -> None:
     expect_raises((ValueError, RuntimeError), r"dtype|type",
                   lambda: dist.all_gather_into_tensor(torch.zeros(world * 4, dtype=torch.float64), x),
                   "all_gather_into_tensor float32 into float64")
+    if world > 1:
+        for shape in ((world + 1, 2), (world + 1,), ()):
+            expect_raises(RuntimeError, r"divisible",
+                          lambda: dist.all_to_all_single(torch.zeros(shape), torch.ones(shape)),
+                          f"all_to_all_single of shape {shape} at world {world}")
+    expect_raises((ValueError, RuntimeError), r"dtype|type",
+                  lambda: dist.all_to_all_single(torch.zeros(world * 2, dtype=torch.float64),
+                                                 torch.ones(world * 2)),
+                  "all_to_all_single float32 into float64")
     sanity(dist, world)
 
 

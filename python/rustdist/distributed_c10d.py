@@ -2003,7 +2003,7 @@ def _fast_paths() -> None:
     _core.fast_init(_Tensor, dict(_TORCH_CODES), ReduceOp.SUM, ReduceOp, sys.modules[__name__],
                     ProcessGroup, _debug, _debug.log_failure)
     names = ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor",
-             "barrier")
+             "all_to_all_single", "barrier")
     fast = {name: _core.FastPath(name, globals()[name]) for name in names}
     fast["all_gather_single"] = fast["all_gather_into_tensor"]
     fast["reduce_scatter_single"] = fast["reduce_scatter_tensor"]

@@ -2,7 +2,7 @@
 //! run on n threads over the in-memory mesh (ranks on separate hosts, on one host sharing a
 //! workspace, or mixed), against a sequential reference; plus random cases (a property test).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use half::{bf16, f16};
 use rustdist_core::algorithms::{self, allgather, allreduce, alltoall, barrier, broadcast};
@@ -74,17 +74,17 @@ const SAMPLE_OPS: [ReduceOp; 3] = [ReduceOp::Sum, ReduceOp::Product, ReduceOp::M
 const ALL_LAYOUTS: [Layout; 3] = [Layout::Apart, Layout::Together, Layout::Mixed];
 
 fn ctx(kind: CollectiveKind, dtype: DType, op: ReduceOp, count: usize) -> OpCtx {
-    OpCtx {
-        seq: 1,
-        sig: Signature {
+    OpCtx::new(
+        1,
+        Signature {
             kind,
             dtype,
             op,
             count: count as u64,
         },
-        reduce: op,
-        deadline: Instant::now() + Duration::from_secs(60),
-    }
+        op,
+        Duration::from_secs(60),
+    )
 }
 
 fn mix(mut z: u64) -> u64 {

@@ -10,22 +10,26 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyDict, PyString, PyTuple, PyType};
 
-use crate::group::{GatherOutputs, PyProcessGroup};
+use crate::group::{ExchangeBlocks, GatherOutputs, PyProcessGroup};
 
 /// What the fast path needs from the Python side, set once by `fast_init`.
 struct State {
     /// `torch.Tensor`: only tensors of exactly this type qualify (subclasses go to Python).
     tensor: Py<PyType>,
-    /// dtype -> `_core` dtype code, for the dtypes rustdist supports.
-    dtype_codes: Py<PyDict>,
+    /// (dtype, `_core` dtype code) for the dtypes rustdist supports: dtypes are singletons,
+    /// so a scan by identity costs less than hashing into a dict.
+    dtype_codes: Vec<(Py<PyAny>, u8)>,
     /// `ReduceOp.SUM`, and the ReduceOp class whose instances carry it in `.op`.
     sum: Py<PyAny>,
     op_class: Py<PyType>,
-    /// rustdist's `distributed_c10d` module (its `_default_pg`) and its ProcessGroup class.
-    api: Py<PyModule>,
+    /// The namespace of rustdist's `distributed_c10d` (its `_default_pg`) and its
+    /// ProcessGroup class. Namespaces, not modules: a dict lookup costs less than a
+    /// module's attribute lookup, on every call.
+    api: Py<PyDict>,
     group_class: Py<PyType>,
-    /// rustdist's `_debug` module (its `detail` flag) and its failure logger `log(name, e)`.
-    debug: Py<PyModule>,
+    /// The namespace of rustdist's `_debug` (its `detail` flag) and its failure logger
+    /// `log(name, e)`.
+    debug: Py<PyDict>,
     log: Py<PyAny>,
 }
 
@@ -44,7 +48,12 @@ pub fn fast_init(
     group_class: Py<PyType>,
     debug: Py<PyModule>,
     log: Py<PyAny>,
-) {
+) -> PyResult<()> {
+    let dtype_codes = dtype_codes
+        .bind(py)
+        .iter()
+        .map(|(dtype, code)| Ok((dtype.unbind(), code.extract()?)))
+        .collect::<PyResult<_>>()?;
     let _ = STATE.set(
         py,
         State {
@@ -52,12 +61,13 @@ pub fn fast_init(
             dtype_codes,
             sum,
             op_class,
-            api,
+            api: api.bind(py).dict().unbind(),
             group_class,
-            debug,
+            debug: debug.bind(py).dict().unbind(),
             log,
         },
     );
+    Ok(())
 }
 
 #[derive(Clone, Copy)]
@@ -66,6 +76,7 @@ enum Op {
     Broadcast,
     AllGatherIntoTensor,
     ReduceScatterTensor,
+    AllToAllSingle,
     Barrier,
 }
 
@@ -77,6 +88,14 @@ impl Op {
             Op::Broadcast => &["tensor", "src", "group", "async_op", "group_src"],
             Op::AllGatherIntoTensor => &["output_tensor", "input_tensor", "group", "async_op"],
             Op::ReduceScatterTensor => &["output", "input", "op", "group", "async_op"],
+            Op::AllToAllSingle => &[
+                "output",
+                "input",
+                "output_split_sizes",
+                "input_split_sizes",
+                "group",
+                "async_op",
+            ],
             Op::Barrier => &["group", "async_op", "device_ids", "timeout"],
         }
     }
@@ -89,17 +108,20 @@ pub struct FastPath {
     python: Py<PyAny>,
 }
 
+/// The most parameters a fast-path function has.
+const MAX_PARAMS: usize = 6;
+
 /// The call's arguments by parameter position; None when they do not bind plainly (too
 /// many, unknown or repeated keywords: Python raises the right error).
 fn bind<'py>(
     params: &[&str],
     args: &Bound<'py, PyTuple>,
     kwargs: Option<&Bound<'py, PyDict>>,
-) -> Option<Vec<Option<Bound<'py, PyAny>>>> {
+) -> Option<[Option<Bound<'py, PyAny>>; MAX_PARAMS]> {
     if args.len() > params.len() {
         return None;
     }
-    let mut bound: Vec<Option<Bound<'py, PyAny>>> = vec![None; params.len()];
+    let mut bound: [Option<Bound<'py, PyAny>>; MAX_PARAMS] = Default::default();
     for (slot, arg) in bound.iter_mut().zip(args.iter()) {
         *slot = Some(arg);
     }
@@ -130,21 +152,53 @@ fn cpu_tensor(st: &State, x: &Bound<'_, PyAny>) -> PyResult<Option<(usize, usize
     if !x.get_type().is(st.tensor.bind(py)) {
         return Ok(None);
     }
-    let Some(code) = st
-        .dtype_codes
-        .bind(py)
-        .get_item(x.getattr(intern!(py, "dtype"))?)?
-    else {
+    let dtype = x.getattr(intern!(py, "dtype"))?;
+    let Some(&(_, code)) = st.dtype_codes.iter().find(|(d, _)| dtype.is(d)) else {
         return Ok(None);
     };
-    if !x.getattr(intern!(py, "is_cpu"))?.is_truthy()?
-        || !x.call_method0(intern!(py, "is_contiguous"))?.is_truthy()?
+    let yes = PyBool::new(py, true);
+    if !x.getattr(intern!(py, "is_cpu"))?.is(yes.as_any())
+        || !x
+            .call_method0(intern!(py, "is_contiguous"))?
+            .is(yes.as_any())
     {
         return Ok(None);
     }
-    let ptr = x.call_method0(intern!(py, "data_ptr"))?.extract()?;
+    let ptr = address(&x.call_method0(intern!(py, "data_ptr"))?)?;
     let numel = x.call_method0(intern!(py, "numel"))?.extract()?;
-    Ok(Some((ptr, numel, code.extract()?)))
+    Ok(Some((ptr, numel, code)))
+}
+
+/// The int `x` as an address. `extract::<usize>` converts through `PyLong_AsUnsignedLongLong`,
+/// which on CPython before 3.12 takes a byte-array detour for any int over 30 bits (every
+/// address); `PyLong_AsUnsignedLong` (64 bits here) reads the digits directly.
+fn address(x: &Bound<'_, PyAny>) -> PyResult<usize> {
+    // SAFETY: `x` is a live object for the duration of the call; on a non-int or negative
+    // value the function sets a Python error and returns c_ulong::MAX, checked below.
+    let v = unsafe { pyo3::ffi::PyLong_AsUnsignedLong(x.as_ptr()) };
+    if v == std::ffi::c_ulong::MAX {
+        if let Some(e) = PyErr::take(x.py()) {
+            return Err(e);
+        }
+    }
+    usize::try_from(v).map_err(|_| PyValueError::new_err("address out of range"))
+}
+
+/// Whether `x` (`numel` elements) has a dimension 0 that splits into `size` equal blocks
+/// (else torch's error comes from Python). A 1-D tensor's rows are its elements, which saves
+/// building its shape.
+fn rows_divide(x: &Bound<'_, PyAny>, numel: usize, size: usize) -> PyResult<bool> {
+    let py = x.py();
+    let rows = match x.call_method0(intern!(py, "dim"))?.extract::<usize>()? {
+        0 => return Ok(false),
+        1 => numel,
+        _ => x
+            .getattr(intern!(py, "shape"))?
+            .cast::<PyTuple>()?
+            .get_item(0)?
+            .extract()?,
+    };
+    Ok(rows % size == 0)
 }
 
 /// Whether `op` is absent or SUM (a `ReduceOp.SUM` value or a ReduceOp holding it).
@@ -166,7 +220,10 @@ fn rustdist_group<'py>(
 ) -> PyResult<Option<(Bound<'py, PyAny>, Bound<'py, PyProcessGroup>)>> {
     let pg = match given(group) {
         Some(g) => g.clone(),
-        None => st.api.bind(py).getattr(intern!(py, "_default_pg"))?,
+        None => match st.api.bind(py).get_item(intern!(py, "_default_pg"))? {
+            Some(pg) => pg,
+            None => return Ok(None),
+        },
     };
     if !pg.get_type().is(st.group_class.bind(py)) {
         return Ok(None);
@@ -183,6 +240,8 @@ enum Ready<'py> {
     Broadcast(Bound<'py, PyProcessGroup>, Buf, usize),
     AllGather(Bound<'py, PyProcessGroup>, Buf, usize),
     ReduceScatter(Bound<'py, PyProcessGroup>, usize, Buf),
+    /// (group, output, input): blocks of equal size.
+    AllToAll(Bound<'py, PyProcessGroup>, Buf, Buf),
     Barrier(Bound<'py, PyProcessGroup>),
 }
 
@@ -204,12 +263,8 @@ impl FastPath {
         let Some(a) = bind(self.op.params(), args, kwargs) else {
             return Ok(None);
         };
-        if st
-            .debug
-            .bind(py)
-            .getattr(intern!(py, "detail"))?
-            .is_truthy()?
-        {
+        let detail = st.debug.bind(py).get_item(intern!(py, "detail"))?;
+        if detail.is_none_or(|d| !d.is(PyBool::new(py, false).as_any())) {
             return Ok(None);
         }
         Ok(match self.op {
@@ -277,6 +332,28 @@ impl FastPath {
                     Ready::ReduceScatter(core, big.0, small)
                 })
             }
+            Op::AllToAllSingle => {
+                let (Some(out), Some(inp), None, None, true) = (
+                    given(&a[0]),
+                    given(&a[1]),
+                    given(&a[2]),
+                    given(&a[3]),
+                    synchronous(&a[5]),
+                ) else {
+                    return Ok(None);
+                };
+                let (Some((_, core)), Some(o), Some(i)) = (
+                    rustdist_group(st, py, &a[4])?,
+                    cpu_tensor(st, out)?,
+                    cpu_tensor(st, inp)?,
+                ) else {
+                    return Ok(None);
+                };
+                let size = core.get().size();
+                let equal = o.1 == i.1 && o.2 == i.2;
+                (equal && rows_divide(out, o.1, size)? && rows_divide(inp, i.1, size)?)
+                    .then_some(Ready::AllToAll(core, o, i))
+            }
             Op::Barrier => {
                 if !synchronous(&a[1]) || given(&a[2]).is_some() || given(&a[3]).is_some() {
                     return Ok(None);
@@ -307,6 +384,12 @@ fn run(py: Python<'_>, call: Ready<'_>) -> PyResult<()> {
             core.get()
                 .reduce_scatter(py, input, ptr, n, code, 0, none(), None, true)?;
         }
+        Ready::AllToAll(core, (out, n, code), (inp, _, _)) => {
+            let count = (n / core.get().size()) as u64;
+            let (sends, recvs) = (ExchangeBlocks::Uniform(inp), ExchangeBlocks::Uniform(out));
+            core.get()
+                .exchange(py, "all_to_all", code, count, sends, recvs, none(), true)?;
+        }
         Ready::Barrier(core) => {
             core.get().barrier(py, true)?;
         }
@@ -317,8 +400,8 @@ fn run(py: Python<'_>, call: Ready<'_>) -> PyResult<()> {
 #[pymethods]
 impl FastPath {
     /// The fast path of `name` (all_reduce, broadcast, all_gather_into_tensor,
-    /// reduce_scatter_tensor or barrier) in front of `python`, the function with its full
-    /// semantics.
+    /// reduce_scatter_tensor, all_to_all_single or barrier) in front of `python`, the
+    /// function with its full semantics.
     #[new]
     fn new(name: &str, python: Py<PyAny>) -> PyResult<Self> {
         let op = match name {
@@ -326,6 +409,7 @@ impl FastPath {
             "broadcast" => Op::Broadcast,
             "all_gather_into_tensor" => Op::AllGatherIntoTensor,
             "reduce_scatter_tensor" => Op::ReduceScatterTensor,
+            "all_to_all_single" => Op::AllToAllSingle,
             "barrier" => Op::Barrier,
             _ => return Err(PyValueError::new_err(format!("no fast path for {name:?}"))),
         };

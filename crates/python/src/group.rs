@@ -57,7 +57,7 @@ fn started(work: Option<rustdist_core::Work>) -> CoreResult<Option<PyWork>> {
 /// The blocks of an exchange: (peer, data pointer, numel) each, or one buffer's base address
 /// holding a block of `count` elements per rank in rank order.
 #[derive(FromPyObject)]
-enum ExchangeBlocks {
+pub(crate) enum ExchangeBlocks {
     Uniform(usize),
     Listed(Vec<(usize, usize, usize)>),
 }
@@ -161,7 +161,7 @@ impl PyProcessGroup {
     /// all ranks agree on (or 0).
     #[pyo3(signature = (kind, dtype, count, sends, recvs, keep, sync = false))]
     #[allow(clippy::too_many_arguments)]
-    fn exchange(
+    pub(crate) fn exchange(
         &self,
         py: Python<'_>,
         kind: &str,

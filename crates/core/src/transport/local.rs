@@ -232,7 +232,7 @@ impl LocalTransport {
                 )));
             }
             let what = format!("{} data from rank {peer}", ctx.sig.kind.name());
-            self.pump(ctx.deadline, &what)?;
+            self.pump(ctx.deadline(), &what)?;
         };
         let me = self.rank;
         if frame.sig != ctx.sig {
@@ -277,7 +277,7 @@ impl LocalTransport {
             if ready(ws) {
                 return Ok(());
             }
-            if Instant::now() >= ctx.deadline {
+            if Instant::now() >= ctx.deadline() {
                 return Err(Error::backend(format!(
                     "rank {rank}: {} (collective #{}) Timed out in the workspace",
                     ctx.sig.kind.name(),
@@ -396,17 +396,17 @@ mod tests {
     use crate::types::{CollectiveKind, DType, ReduceOp};
 
     fn ctx(kind: CollectiveKind, dtype: DType, ms: u64) -> OpCtx {
-        OpCtx {
-            seq: 0,
-            sig: Signature {
+        OpCtx::new(
+            0,
+            Signature {
                 kind,
                 dtype,
                 op: ReduceOp::Sum,
                 count: 2,
             },
-            reduce: ReduceOp::Sum,
-            deadline: Instant::now() + Duration::from_millis(ms),
-        }
+            ReduceOp::Sum,
+            Duration::from_millis(ms),
+        )
     }
 
     #[test]
@@ -415,6 +415,7 @@ mod tests {
         let mut t1 = m.pop().unwrap();
         let mut t0 = m.pop().unwrap();
         let c = ctx(CollectiveKind::AllReduce, DType::I32, 5000);
+        let c1 = c.clone();
         let h = std::thread::spawn(move || {
             let (a, b) = (3i32.to_le_bytes(), 4i32.to_le_bytes());
             let mut ops = [
@@ -422,7 +423,7 @@ mod tests {
                 Op::Send { peer: 0, data: &[] },
                 Op::Send { peer: 0, data: &b },
             ];
-            t1.exchange(&c, &mut ops).unwrap();
+            t1.exchange(&c1, &mut ops).unwrap();
         });
         let mut x = 10i32.to_le_bytes();
         let mut empty = [0u8; 0];

@@ -5,6 +5,7 @@
 //! host, [`SharedMemory`] (the group's workspace: ranks read each other's data in place). The
 //! transport only moves bytes; which algorithm runs is chosen in `algorithms/select.rs`.
 
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
@@ -53,13 +54,35 @@ pub struct Signature {
 
 /// One collective in progress: its sequence number in the group, its signature, the kernel op
 /// used by [`Op::RecvReduce`], and when it must have finished.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct OpCtx {
     pub seq: u64,
     pub sig: Signature,
     /// The elementwise op applied by `RecvReduce` (SUM for AVG and PREMUL_SUM).
     pub reduce: ReduceOp,
-    pub deadline: Instant,
+    timeout: Duration,
+    /// Fixed on first need: a small collective that completes without waiting never reads
+    /// the clock (a noticeable share of its cost).
+    deadline: OnceLock<Instant>,
+}
+
+impl OpCtx {
+    /// Collective `seq` with signature `sig`, which must finish within `timeout` of its
+    /// first wait.
+    pub fn new(seq: u64, sig: Signature, reduce: ReduceOp, timeout: Duration) -> Self {
+        OpCtx {
+            seq,
+            sig,
+            reduce,
+            timeout,
+            deadline: OnceLock::new(),
+        }
+    }
+
+    /// When the collective must have finished.
+    pub fn deadline(&self) -> Instant {
+        *self.deadline.get_or_init(|| Instant::now() + self.timeout)
+    }
 }
 
 /// One transfer of an [`Transport::exchange`] step.

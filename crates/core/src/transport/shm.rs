@@ -282,11 +282,15 @@ pub struct ShmHost {
     peers: Vec<Option<Segment>>,
     /// Ranks of the group (the segments' ring count).
     size: usize,
+    /// CPUs the ranks on this host may run on between them (the union of their affinity).
+    cores: usize,
 }
 
 impl ShmHost {
-    fn new(own: Segment, peers: Vec<Option<Segment>>, size: usize) -> ShmHost {
-        ShmHost { own, peers, size }
+    /// The CPUs the ranks on this host may run on between them: fewer than the ranks
+    /// means a rank that busy-waits takes the core a peer needs.
+    pub fn cores(&self) -> usize {
+        self.cores
     }
 
     /// The workspace of the ranks on this host (this one is group rank `me`).
@@ -441,6 +445,39 @@ fn host_identity() -> String {
     format!("{host}/{}", boot.trim())
 }
 
+/// The CPUs this process may run on (its affinity), as a comma list; empty when unknown.
+fn allowed_cpus() -> String {
+    // SAFETY: cpu_set_t is plain bits, for which all zeroes is a valid (empty) value.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: sched_getaffinity writes at most the size passed, that of `set`.
+    let ok =
+        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) }
+            == 0;
+    if !ok {
+        return String::new();
+    }
+    (0..libc::CPU_SETSIZE as usize)
+        // SAFETY: `c` is below CPU_SETSIZE, inside `set`.
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .map(|c| c.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// How many CPUs `local` ranks may use between them, from the lists each published
+/// (`allowed_cpus`); this process's own count when one is missing or unreadable.
+fn shared_cores<'a>(local: impl Iterator<Item = &'a str>) -> usize {
+    let mut union = std::collections::BTreeSet::new();
+    for list in local {
+        let cpus: Option<Vec<usize>> = list.split(',').map(|c| c.parse().ok()).collect();
+        match cpus {
+            Some(cpus) if !list.is_empty() => union.extend(cpus),
+            _ => return std::thread::available_parallelism().map_or(1, |n| n.get()),
+        }
+    }
+    union.len()
+}
+
 /// Host index of every rank, hosts numbered by their lowest rank; `keys[p]` is rank p's host
 /// key, empty for a rank without shared memory (a host of its own).
 fn hosts_of(keys: &[String]) -> Vec<usize> {
@@ -484,12 +521,13 @@ pub fn share_memory(
     );
     let own = Segment::create(&name, size).ok();
     let published = match &own {
-        Some(_) => format!("{}\n{name}", host_identity()),
+        Some(_) => format!("{}\n{name}\n{}", host_identity(), allowed_cpus()),
         None => String::new(),
     };
     store.set(&format!("{prefix}/shm/{rank}"), published.as_bytes())?;
     let mut keys = Vec::with_capacity(size);
     let mut names = Vec::with_capacity(size);
+    let mut cpus = Vec::with_capacity(size);
     for p in 0..size {
         let text = if p == rank {
             published.clone()
@@ -497,9 +535,11 @@ pub fn share_memory(
             let raw = store.get(&format!("{prefix}/shm/{p}"), remaining(deadline))?;
             String::from_utf8_lossy(&raw).into_owned()
         };
-        let (host, seg) = text.split_once('\n').unwrap_or(("", ""));
+        let (host, rest) = text.split_once('\n').unwrap_or(("", ""));
+        let (seg, allowed) = rest.split_once('\n').unwrap_or((rest, ""));
         keys.push(host.to_string());
         names.push(seg.to_string());
+        cpus.push(allowed.to_string());
     }
     let host_of = hosts_of(&keys);
     let Some(own) = own else {
@@ -521,7 +561,45 @@ pub fn share_memory(
         return Ok((None, host_of));
     }
     store.wait(&local, remaining(deadline))?;
-    let mut host = ShmHost::new(own, segments, size);
+    let cores = shared_cores(
+        (0..size)
+            .filter(|&p| host_of[p] == host_of[rank])
+            .map(|p| cpus[p].as_str()),
+    );
+    let mut host = ShmHost {
+        own,
+        peers: segments,
+        size,
+        cores,
+    };
     host.unlink_own();
     Ok((Some(host), host_of))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn own_count() -> usize {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    }
+
+    #[test]
+    fn shared_cores_counts_the_union_of_the_local_ranks_cpus() {
+        assert_eq!(shared_cores(["0", "1"].into_iter()), 2);
+        assert_eq!(shared_cores(["0", "0"].into_iter()), 1);
+        assert_eq!(shared_cores(["0,1", "1,2,3"].into_iter()), 4);
+    }
+
+    #[test]
+    fn shared_cores_falls_back_to_this_process_when_a_list_is_missing_or_bad() {
+        assert_eq!(shared_cores(["0", ""].into_iter()), own_count());
+        assert_eq!(shared_cores(["0", "1,x"].into_iter()), own_count());
+    }
+
+    #[test]
+    fn allowed_cpus_lists_this_process_affinity() {
+        let list = allowed_cpus();
+        assert_eq!(shared_cores([list.as_str()].into_iter()), own_count());
+    }
 }

@@ -184,9 +184,10 @@ impl MeshTransport {
             failed: None,
             cancel,
             host_of,
-            oversubscribed: ws.as_ref().is_some_and(|w| {
-                std::thread::available_parallelism().map_or(1, |n| n.get()) < w.local_size()
-            }),
+            oversubscribed: match (&host, &ws) {
+                (Some(h), Some(w)) => h.cores() < w.local_size(),
+                _ => false,
+            },
             ws,
             ws_seq: u64::MAX,
             heartbeat,
@@ -301,7 +302,7 @@ impl Transport for MeshTransport {
         let finished = |t: &MeshTransport, recvs: &[StepRecv<'_>]| {
             recvs.iter().all(|r| r.done) && tickets.iter().all(|&(p, ticket)| t.flushed(p, ticket))
         };
-        self.progress(Some(ctx), &mut recvs, &finished, ctx.deadline, None)
+        self.progress(Some(ctx), &mut recvs, &finished, ctx.deadline(), None)
     }
 
     fn post_send(&mut self, peer: usize, tag: i64, data: RawBuf, deadline: Instant, done: P2pDone) {

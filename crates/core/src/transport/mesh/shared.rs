@@ -78,7 +78,7 @@ impl MeshTransport {
             if spin.again() {
                 continue;
             }
-            let Some(left) = remaining(ctx.deadline) else {
+            let Some(left) = remaining(ctx.deadline()) else {
                 return Err(self.fail(self.timed_out(ctx, waited)));
             };
             if let (Some(host), Some(ws)) = (&self.host, self.ws.as_mut()) {
