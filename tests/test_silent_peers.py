@@ -124,12 +124,13 @@ def test_a_cut_link_is_named_on_both_sides_within_10s(env: dict[str, str]) -> No
             assert silent.group(2) == hosts.addr(other // 2), msg
 
 
-def test_heartbeat_settings_are_checked(env: dict[str, str]) -> None:
-    """A bad setting is refused at init, naming the variable."""
+def test_heartbeat_and_link_settings_are_checked(env: dict[str, str]) -> None:
+    """A bad heartbeat or link-model setting is refused at init, naming the variable."""
     prog = ("import rustdist as dist\n"
             "dist.init_process_group('gloo', init_method='tcp://127.0.0.1:29533', rank=0, "
             "world_size=1)\n")
-    for var, value in [("RUSTDIST_HEARTBEAT_INTERVAL", "soon"), ("RUSTDIST_HEARTBEAT_MISSES", "0")]:
+    for var, value in [("RUSTDIST_HEARTBEAT_INTERVAL", "soon"), ("RUSTDIST_HEARTBEAT_MISSES", "0"),
+                       ("RUSTDIST_LINK_BANDWIDTH", "fast"), ("RUSTDIST_LINK_LATENCY_US", "-3")]:
         out = subprocess.run([sys.executable, "-c", prog], env={**env, var: value},
                              capture_output=True, text=True, timeout=60)
         assert out.returncode != 0 and f"ValueError: {var}" in out.stderr, out.stderr[-2000:]

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::algorithms::{self, AlgoOverrides};
+use crate::algorithms::{self, AlgoOverrides, LinkModel};
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
 use crate::reduce;
@@ -326,7 +326,8 @@ impl ProcessGroup {
                 "rank {rank} is out of range for a group of size {size}"
             )));
         }
-        let algos = AlgoOverrides::from_env()?;
+        // Read (and checked) before connecting; the measured latency joins the model after.
+        let mut algos = AlgoOverrides::from_env(None)?;
         // RUSTDIST_SHM=0 keeps peers on one host on TCP (every rank must agree).
         let shared_memory = std::env::var("RUSTDIST_SHM").map_or(true, |v| v != "0");
         let cancel = Arc::new(Cancel::default());
@@ -340,6 +341,7 @@ impl ProcessGroup {
             shared_memory,
             cancel.clone(),
         )?;
+        algos.tcp = LinkModel::from_env(transport.latency())?;
         let link = transport.link_kind();
         let shared = Arc::new(Shared {
             engine: Mutex::new(Engine {

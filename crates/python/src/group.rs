@@ -331,7 +331,7 @@ type Choice = (&'static str, &'static str, usize, usize, &'static str);
 /// `RUSTDIST_ALGO` applied.
 #[pyfunction]
 pub fn selection_table(worlds: Vec<usize>, sizes: Vec<usize>) -> CoreResult<Vec<Choice>> {
-    let overrides = AlgoOverrides::from_env()?;
+    let overrides = AlgoOverrides::from_env(None)?;
     Ok(select::table(&overrides, &worlds, &sizes)
         .into_iter()
         .map(|c| (c.collective, c.link.name(), c.world, c.bytes, c.algorithm))

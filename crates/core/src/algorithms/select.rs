@@ -1,6 +1,13 @@
 //! The one place that picks an algorithm per collective, from the bytes it moves, the world
-//! size and the links between the ranks ([`LinkKind`]), unless the user forced one with
-//! `RUSTDIST_ALGO`. `python -m rustdist.bench --show-selection` prints the table.
+//! size and the links between the ranks ([`LinkKind`], and for TCP the [`LinkModel`]: latency
+//! and bandwidth), unless the user forced one with `RUSTDIST_ALGO`.
+//! `python -m rustdist.bench --show-selection` prints the table.
+//!
+//! Over TCP a latency-bound algorithm (recursive doubling, a binomial tree, the direct
+//! exchange) and a bandwidth-bound one (the ring, the chain) cross where the bytes moved are a
+//! multiple of the link's bandwidth-delay product (the alpha-beta model), so the TCP
+//! thresholds below, measured on loopback ([`LinkModel::REFERENCE`]), scale with the group's
+//! bandwidth-delay product against that reference's.
 //!
 //! `RUSTDIST_ALGO` is a comma-separated list of `collective=algorithm` entries and bare
 //! algorithm names; a bare name applies to every collective that has an algorithm of that name
@@ -8,11 +15,117 @@
 //! of a group must use the same setting. A shared-memory algorithm forced on a group whose
 //! ranks do not all share a host fails when it runs.
 
+use std::time::Duration;
+
 use crate::error::{Error, Result};
 use crate::transport::LinkKind;
 
 /// The environment variable holding the overrides.
 pub const ENV_VAR: &str = "RUSTDIST_ALGO";
+/// The environment variables that configure the TCP link model (else: measured latency, the
+/// reference bandwidth).
+pub const LATENCY_ENV: &str = "RUSTDIST_LINK_LATENCY_US";
+pub const BANDWIDTH_ENV: &str = "RUSTDIST_LINK_BANDWIDTH";
+
+/// What selection knows of a group's TCP links (the same on every rank of the group).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkModel {
+    /// One-way latency of a small message.
+    pub latency: Duration,
+    /// Bytes per second one connection moves.
+    pub bandwidth: u64,
+}
+
+impl Default for LinkModel {
+    fn default() -> Self {
+        LinkModel::REFERENCE
+    }
+}
+
+impl LinkModel {
+    /// TCP loopback between processes on this project's 2-core VM, where the TCP thresholds
+    /// were measured: half the connect handshake's round trip, and one stream's rate.
+    pub const REFERENCE: LinkModel = LinkModel {
+        latency: Duration::from_micros(40),
+        bandwidth: 2_000_000_000,
+    };
+
+    /// A measured latency below this is mostly scheduling noise (loopback's handshakes take
+    /// 35-110 us here): the reference's stands in, so that selection does not wander between
+    /// runs. Above it the link is slow or far, and the measurement counts.
+    const MEASURED_LATENCY_MIN: Duration = Duration::from_micros(160);
+
+    /// The model with `RUSTDIST_LINK_LATENCY_US` and `RUSTDIST_LINK_BANDWIDTH` applied over
+    /// `measured_latency` (None or under 160 us: the reference's) and the reference bandwidth.
+    pub fn from_env(measured_latency: Option<Duration>) -> Result<LinkModel> {
+        Self::from_settings(
+            std::env::var(LATENCY_ENV).ok(),
+            std::env::var(BANDWIDTH_ENV).ok(),
+            measured_latency,
+        )
+    }
+
+    /// [`LinkModel::from_env`] with the variables' values given.
+    fn from_settings(
+        latency_us: Option<String>,
+        bandwidth: Option<String>,
+        measured_latency: Option<Duration>,
+    ) -> Result<LinkModel> {
+        let latency = match latency_us {
+            Some(v) => v
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|us| us.is_finite() && *us > 0.0)
+                .map(|us| Duration::from_secs_f64(us * 1e-6))
+                .ok_or_else(|| {
+                    Error::invalid(format!(
+                        "{LATENCY_ENV} must be a positive number of microseconds, not {v:?}"
+                    ))
+                })?,
+            None => measured_latency
+                .filter(|l| *l >= Self::MEASURED_LATENCY_MIN)
+                .unwrap_or(Self::REFERENCE.latency),
+        };
+        let bandwidth = match bandwidth {
+            Some(v) => parse_rate(&v).ok_or_else(|| {
+                Error::invalid(format!(
+                    "{BANDWIDTH_ENV} must be a rate such as 1gbit, 25gbit, 800mbit or 1.5GB                      (bytes per second), not {v:?}"
+                ))
+            })?,
+            None => Self::REFERENCE.bandwidth,
+        };
+        Ok(LinkModel { latency, bandwidth })
+    }
+
+    /// `reference_bytes`, a TCP crossover measured on [`LinkModel::REFERENCE`], on this link:
+    /// scaled by the ratio of the bandwidth-delay products (within 1/64x..64x).
+    fn scale(&self, reference_bytes: usize) -> usize {
+        let bdp = |l: &LinkModel| l.latency.as_secs_f64() * l.bandwidth as f64;
+        let factor = (bdp(self) / bdp(&Self::REFERENCE)).clamp(1.0 / 64.0, 64.0);
+        (reference_bytes as f64 * factor) as usize
+    }
+}
+
+/// Bytes per second of a rate written as tc writes them: `1gbit`, `800mbit`, `100kbit` (bits),
+/// `1.5GB`, `200MB`, `64KB` (bytes), or a plain number of bytes per second.
+fn parse_rate(text: &str) -> Option<u64> {
+    let t = text.trim().to_ascii_lowercase();
+    let units: [(&str, f64); 7] = [
+        ("gbit", 1e9 / 8.0),
+        ("mbit", 1e6 / 8.0),
+        ("kbit", 1e3 / 8.0),
+        ("gb", 1e9),
+        ("mb", 1e6),
+        ("kb", 1e3),
+        ("", 1.0),
+    ];
+    let (number, unit) = units
+        .iter()
+        .find_map(|&(suffix, unit)| t.strip_suffix(suffix).map(|n| (n, unit)))?;
+    let rate = number.trim().parse::<f64>().ok()? * unit;
+    (rate.is_finite() && rate >= 1.0).then_some(rate as u64)
+}
 
 /// Over TCP, all_reduce up to this many bytes uses recursive doubling (fewer steps), above it
 /// the ring (less data per rank); a quarter of it on 2 ranks, where the ring has only 2 steps.
@@ -112,9 +225,11 @@ algo_enum!(
     }
 );
 
-/// Algorithms forced by the user, per collective; `None` lets the policy below decide.
+/// Algorithms forced by the user, per collective (`None` lets the policy below decide), and
+/// the TCP link model the policy reads.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct AlgoOverrides {
+    pub tcp: LinkModel,
     pub all_reduce: Option<AllReduceAlgo>,
     pub broadcast: Option<BroadcastAlgo>,
     pub all_gather: Option<AllGatherAlgo>,
@@ -153,15 +268,20 @@ fn assign<A: Algo>(slot: &mut Option<A>, name: &str, keyed: bool) -> Result<bool
 }
 
 impl AlgoOverrides {
-    /// Reads `RUSTDIST_ALGO`; unset or empty means no overrides.
-    pub fn from_env() -> Result<Self> {
-        match std::env::var(ENV_VAR) {
-            Ok(spec) => Self::parse(&spec),
-            Err(std::env::VarError::NotPresent) => Ok(Self::default()),
+    /// Reads `RUSTDIST_ALGO` (unset or empty means no overrides) and the configured link
+    /// model over `measured_latency` (see [`LinkModel::from_env`]).
+    pub fn from_env(measured_latency: Option<Duration>) -> Result<Self> {
+        let o = match std::env::var(ENV_VAR) {
+            Ok(spec) => Self::parse(&spec)?,
+            Err(std::env::VarError::NotPresent) => Self::default(),
             Err(std::env::VarError::NotUnicode(_)) => {
-                Err(Error::invalid(format!("{ENV_VAR} is not valid UTF-8")))
+                return Err(Error::invalid(format!("{ENV_VAR} is not valid UTF-8")))
             }
-        }
+        };
+        Ok(AlgoOverrides {
+            tcp: LinkModel::from_env(measured_latency)?,
+            ..o
+        })
     }
 
     /// Sets the override(s) `name` names: for `coll` only (`keyed`), or for every collective
@@ -263,8 +383,8 @@ impl AlgoOverrides {
             LinkKind::SharedMemory => AllReduceAlgo::ShmTwoShot,
             LinkKind::Hierarchical => AllReduceAlgo::Hierarchical,
             LinkKind::Tcp
-                if bytes <= TCP_ALL_REDUCE_RD_MAX_BYTES / 4
-                    || world > 2 && bytes <= TCP_ALL_REDUCE_RD_MAX_BYTES =>
+                if bytes <= self.tcp.scale(TCP_ALL_REDUCE_RD_MAX_BYTES / 4)
+                    || world > 2 && bytes <= self.tcp.scale(TCP_ALL_REDUCE_RD_MAX_BYTES) =>
             {
                 AllReduceAlgo::RecursiveDoubling
             }
@@ -274,7 +394,15 @@ impl AlgoOverrides {
 
     /// The algorithm the leaders of a hierarchical all_reduce run among themselves.
     pub fn all_reduce_between_hosts(&self, bytes: usize, hosts: usize) -> AllReduceAlgo {
-        AlgoOverrides::default().all_reduce(bytes, hosts, LinkKind::Tcp)
+        self.policy().all_reduce(bytes, hosts, LinkKind::Tcp)
+    }
+
+    /// The policy alone: no algorithm forced, the same link model.
+    fn policy(&self) -> AlgoOverrides {
+        AlgoOverrides {
+            tcp: self.tcp,
+            ..AlgoOverrides::default()
+        }
     }
 
     /// broadcast of `bytes` on `world` ranks.
@@ -282,7 +410,9 @@ impl AlgoOverrides {
         self.broadcast.unwrap_or(match link {
             LinkKind::SharedMemory => BroadcastAlgo::Shm,
             LinkKind::Hierarchical => BroadcastAlgo::Hierarchical,
-            LinkKind::Tcp if world >= 3 && bytes >= TCP_BROADCAST_CHAIN_MIN_BYTES => {
+            LinkKind::Tcp
+                if world >= 3 && bytes >= self.tcp.scale(TCP_BROADCAST_CHAIN_MIN_BYTES) =>
+            {
                 BroadcastAlgo::Chain
             }
             LinkKind::Tcp => BroadcastAlgo::BinomialTree,
@@ -291,7 +421,7 @@ impl AlgoOverrides {
 
     /// The algorithm the leaders of a hierarchical broadcast run among themselves.
     pub fn broadcast_between_hosts(&self, bytes: usize, hosts: usize) -> BroadcastAlgo {
-        AlgoOverrides::default().broadcast(bytes, hosts, LinkKind::Tcp)
+        self.policy().broadcast(bytes, hosts, LinkKind::Tcp)
     }
 
     /// all_gather of `total_bytes` gathered on every rank.
@@ -299,7 +429,7 @@ impl AlgoOverrides {
         self.all_gather.unwrap_or(match link {
             LinkKind::SharedMemory => AllGatherAlgo::Shm,
             LinkKind::Hierarchical => AllGatherAlgo::Hierarchical,
-            LinkKind::Tcp if total_bytes <= TCP_ALL_GATHER_DIRECT_MAX_BYTES => {
+            LinkKind::Tcp if total_bytes <= self.tcp.scale(TCP_ALL_GATHER_DIRECT_MAX_BYTES) => {
                 AllGatherAlgo::Direct
             }
             LinkKind::Tcp => AllGatherAlgo::Ring,
@@ -308,7 +438,7 @@ impl AlgoOverrides {
 
     /// The algorithm the leaders of a hierarchical all_gather run among themselves.
     pub fn all_gather_between_hosts(&self, total_bytes: usize) -> AllGatherAlgo {
-        AlgoOverrides::default().all_gather(total_bytes, LinkKind::Tcp)
+        self.policy().all_gather(total_bytes, LinkKind::Tcp)
     }
 
     pub fn reduce_scatter(&self, link: LinkKind) -> ReduceScatterAlgo {
@@ -480,5 +610,104 @@ mod tests {
         assert!(rows
             .iter()
             .all(|r| r.collective != "all_reduce" || r.algorithm == "ring"));
+    }
+
+    fn on(latency_us: u64, bandwidth: u64) -> AlgoOverrides {
+        AlgoOverrides {
+            tcp: LinkModel {
+                latency: Duration::from_micros(latency_us),
+                bandwidth,
+            },
+            ..AlgoOverrides::default()
+        }
+    }
+
+    #[test]
+    fn tcp_crossovers_follow_the_bandwidth_delay_product() {
+        let tcp = LinkKind::Tcp;
+        let reference = AlgoOverrides::default();
+        // 1 Gbit/s at loopback latency: a far smaller bandwidth-delay product, so the ring
+        // and the chain take over from smaller sizes.
+        let slow = on(40, 125_000_000);
+        assert_eq!(
+            reference.all_reduce(128 << 10, 4, tcp),
+            AllReduceAlgo::RecursiveDoubling
+        );
+        assert_eq!(slow.all_reduce(128 << 10, 4, tcp), AllReduceAlgo::Ring);
+        assert_eq!(
+            reference.broadcast(256 << 10, 4, tcp),
+            BroadcastAlgo::BinomialTree
+        );
+        assert_eq!(slow.broadcast(256 << 10, 4, tcp), BroadcastAlgo::Chain);
+        assert_eq!(reference.all_gather(128 << 10, tcp), AllGatherAlgo::Direct);
+        assert_eq!(slow.all_gather(128 << 10, tcp), AllGatherAlgo::Ring);
+        // A 10 Gbit/s link 1 ms away: latency dominates up to far larger sizes.
+        let far = on(1000, 1_250_000_000);
+        assert_eq!(
+            far.all_reduce(2 << 20, 4, tcp),
+            AllReduceAlgo::RecursiveDoubling
+        );
+        assert_eq!(far.broadcast(4 << 20, 4, tcp), BroadcastAlgo::BinomialTree);
+        assert_eq!(reference.broadcast(4 << 20, 4, tcp), BroadcastAlgo::Chain);
+        // Leaders between hosts use the same model; shared memory does not read it.
+        assert_eq!(
+            slow.all_reduce_between_hosts(128 << 10, 4),
+            AllReduceAlgo::Ring
+        );
+        assert_eq!(
+            slow.all_reduce(8, 4, LinkKind::SharedMemory),
+            AllReduceAlgo::ShmOneShot
+        );
+        // Forcing still wins over the model.
+        let forced = AlgoOverrides {
+            tcp: slow.tcp,
+            ..AlgoOverrides::parse("allreduce=recursive_doubling").unwrap()
+        };
+        assert_eq!(
+            forced.all_reduce(64 << 20, 4, tcp),
+            AllReduceAlgo::RecursiveDoubling
+        );
+    }
+
+    #[test]
+    fn a_measured_latency_counts_once_it_is_clearly_a_long_link_and_settings_win() {
+        let measured = |us| LinkModel::from_settings(None, None, Some(Duration::from_micros(us)));
+        assert_eq!(
+            measured(90).unwrap(),
+            LinkModel::REFERENCE,
+            "loopback noise"
+        );
+        assert_eq!(measured(2000).unwrap().latency, Duration::from_millis(2));
+        let set = |l: &str, b: &str| {
+            LinkModel::from_settings(Some(l.into()), Some(b.into()), Some(Duration::from_secs(1)))
+        };
+        assert_eq!(
+            set("250", "10gbit").unwrap(),
+            LinkModel {
+                latency: Duration::from_micros(250),
+                bandwidth: 1_250_000_000
+            }
+        );
+        let Err(Error::InvalidArgument(m)) = set("-3", "1gbit") else {
+            panic!()
+        };
+        assert!(m.contains(LATENCY_ENV) && m.contains("\"-3\""), "{m}");
+        let Err(Error::InvalidArgument(m)) = set("250", "fast") else {
+            panic!()
+        };
+        assert!(m.contains(BANDWIDTH_ENV) && m.contains("\"fast\""), "{m}");
+    }
+
+    #[test]
+    fn rates_parse_as_tc_writes_them() {
+        assert_eq!(parse_rate("1gbit"), Some(125_000_000));
+        assert_eq!(parse_rate(" 10GBit "), Some(1_250_000_000));
+        assert_eq!(parse_rate("800mbit"), Some(100_000_000));
+        assert_eq!(parse_rate("1.5GB"), Some(1_500_000_000));
+        assert_eq!(parse_rate("64KB"), Some(64_000));
+        assert_eq!(parse_rate("5000"), Some(5000));
+        for bad in ["", "fast", "-1gbit", "0", "1 parsec", "nan"] {
+            assert_eq!(parse_rate(bad), None, "{bad:?}");
+        }
     }
 }

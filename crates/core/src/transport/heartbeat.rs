@@ -12,6 +12,11 @@
 //! learnt from their first datagram (checked against the job, the group, the rank and the
 //! address of that rank's TCP connection). A datagram is 24 bytes: magic, kind, job, group,
 //! rank; anything else is ignored. A rank that leaves says goodbye and is no longer watched.
+//!
+//! Under `RUSTDIST_AUTH_KEY` a datagram also carries the sender's count of datagrams sent and
+//! an HMAC-SHA256 over all of it: one without the key's tag, or whose count is not above the
+//! last one accepted from that rank (a replay), is ignored, so nobody without the key can keep
+//! a silent rank looking alive or make a peer leave.
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,6 +24,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::auth::{AuthKey, TAG_LEN};
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
 
@@ -26,6 +32,10 @@ const MAGIC: u32 = 0x5244_4842; // "RDHB"
 const BEAT: u32 = 1;
 const GOODBYE: u32 = 2;
 const DATAGRAM_LEN: usize = 24;
+/// A signed datagram: the plain one, the sender's count, the tag.
+const SIGNED_LEN: usize = DATAGRAM_LEN + 8 + TAG_LEN;
+/// The HMAC label of heartbeats (apart from the connection handshakes').
+const LABEL: &[u8] = b"rustdist heartbeat v1";
 
 /// How often a rank beats and how many missed beats fail the group.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -76,19 +86,37 @@ pub struct Identity {
     pub size: usize,
 }
 
-fn encode(kind: u32, id: &Identity) -> [u8; DATAGRAM_LEN] {
-    let mut b = [0u8; DATAGRAM_LEN];
-    b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
-    b[4..8].copy_from_slice(&kind.to_le_bytes());
-    b[8..16].copy_from_slice(&id.job.to_le_bytes());
-    b[16..20].copy_from_slice(&id.group.to_le_bytes());
-    b[20..24].copy_from_slice(&(id.rank as u32).to_le_bytes());
+/// Rank `id`'s datagram of `kind`; signed with `key` (with the sender's `count`) when set.
+fn encode(kind: u32, id: &Identity, key: Option<&AuthKey>, count: u64) -> Vec<u8> {
+    let mut b = Vec::with_capacity(SIGNED_LEN);
+    b.extend_from_slice(&MAGIC.to_le_bytes());
+    b.extend_from_slice(&kind.to_le_bytes());
+    b.extend_from_slice(&id.job.to_le_bytes());
+    b.extend_from_slice(&id.group.to_le_bytes());
+    b.extend_from_slice(&(id.rank as u32).to_le_bytes());
+    if let Some(key) = key {
+        b.extend_from_slice(&count.to_le_bytes());
+        let tag = key.tag(LABEL, &[&b]);
+        b.extend_from_slice(&tag);
+    }
     b
 }
 
-/// The kind and rank of a datagram of this job and group; `None` for anything else.
-fn decode(b: &[u8], id: &Identity) -> Option<(u32, usize)> {
-    let b: &[u8; DATAGRAM_LEN] = b.try_into().ok()?;
+/// The kind, rank and count (0 unsigned) of a datagram of this job and group, its tag checked
+/// under `key` when set; `None` for anything else.
+fn decode(b: &[u8], id: &Identity, key: Option<&AuthKey>) -> Option<(u32, usize, u64)> {
+    let count = match key {
+        None if b.len() == DATAGRAM_LEN => 0,
+        Some(key) if b.len() == SIGNED_LEN => {
+            let (signed, tag) = b.split_at(DATAGRAM_LEN + 8);
+            if !key.verify(LABEL, &[signed], tag) {
+                return None;
+            }
+            u64::from_le_bytes(signed[DATAGRAM_LEN..].try_into().ok()?)
+        }
+        _ => return None,
+    };
+    let b: &[u8; DATAGRAM_LEN] = b[..DATAGRAM_LEN].try_into().ok()?;
     let word = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
     let job = u64::from_le_bytes(b[8..16].try_into().ok()?);
     let rank = word(20) as usize;
@@ -99,7 +127,7 @@ fn decode(b: &[u8], id: &Identity) -> Option<(u32, usize)> {
         && rank < id.size
         && rank != id.rank
         && (kind == BEAT || kind == GOODBYE))
-        .then_some((kind, rank))
+        .then_some((kind, rank, count))
 }
 
 /// The running heartbeat of one group; stops (saying goodbye) when dropped.
@@ -117,17 +145,21 @@ struct Peer {
     ip: IpAddr,
     heard: Instant,
     left: bool,
+    /// The count of the last signed datagram accepted from it (replays are not above it).
+    count: u64,
 }
 
 impl Heartbeat {
     /// Starts beating on `sock` to the peers at `peer_ips` (`None` for this rank; the UDP
-    /// addresses of the lower ranks in `known`), raising `cancel` when one goes silent.
+    /// addresses of the lower ranks in `known`), raising `cancel` when one goes silent;
+    /// datagrams are signed and checked with `key` when set.
     pub fn start(
         sock: UdpSocket,
         id: Identity,
         peer_ips: &[Option<IpAddr>],
         known: &[Option<SocketAddr>],
         config: HeartbeatConfig,
+        key: Option<AuthKey>,
         cancel: Arc<Cancel>,
     ) -> Result<Heartbeat> {
         let now = Instant::now();
@@ -140,6 +172,7 @@ impl Heartbeat {
                     ip,
                     heard: now,
                     left: false,
+                    count: 0,
                 })
             })
             .collect();
@@ -150,7 +183,7 @@ impl Heartbeat {
         let stopping = stop.clone();
         let thread = std::thread::Builder::new()
             .name(format!("rustdist-hb-{}", id.rank))
-            .spawn(move || beat(sock, id, peers, config, &cancel, &stopping))
+            .spawn(move || beat(sock, id, peers, config, key.as_ref(), &cancel, &stopping))
             .map_err(|e| Error::Runtime(format!("cannot start the heartbeat thread: {e}")))?;
         Ok(Heartbeat {
             stop,
@@ -186,17 +219,19 @@ fn beat(
     id: Identity,
     mut peers: Vec<Option<Peer>>,
     config: HeartbeatConfig,
+    key: Option<&AuthKey>,
     cancel: &Cancel,
     stop: &AtomicBool,
 ) {
-    let beat = encode(BEAT, &id);
     let silence = config.interval * config.misses;
     let mut next = Instant::now();
-    let mut buf = [0u8; 64];
+    let mut sent: u64 = 0;
+    let mut buf = [0u8; 2 * SIGNED_LEN];
     while !stop.load(Ordering::Acquire) {
         let now = Instant::now();
         if now >= next {
-            send_all(&sock, &peers, &beat);
+            sent += 1;
+            send_all(&sock, &peers, &encode(BEAT, &id, key, sent));
             next = now + config.interval;
             if !cancel.is_raised() {
                 if let Some((p, peer)) = peers
@@ -225,17 +260,21 @@ fn beat(
         let Ok((n, from)) = sock.recv_from(&mut buf) else {
             continue;
         };
-        let Some((kind, rank)) = decode(&buf[..n], &id) else {
+        let Some((kind, rank, count)) = decode(&buf[..n], &id, key) else {
             continue;
         };
-        let Some(peer) = peers[rank].as_mut().filter(|p| p.ip == from.ip()) else {
+        let Some(peer) = peers[rank]
+            .as_mut()
+            .filter(|p| p.ip == from.ip() && (key.is_none() || count > p.count))
+        else {
             continue;
         };
+        peer.count = count;
         peer.heard = Instant::now();
         peer.addr.get_or_insert(from);
         peer.left |= kind == GOODBYE;
     }
-    send_all(&sock, &peers, &encode(GOODBYE, &id));
+    send_all(&sock, &peers, &encode(GOODBYE, &id, key, sent + 1));
 }
 
 #[cfg(test)]
@@ -253,20 +292,41 @@ mod tests {
 
     #[test]
     fn datagrams_of_other_jobs_groups_and_ranks_are_ignored() {
-        let b = encode(BEAT, &id(1));
-        assert_eq!(decode(&b, &id(0)), Some((BEAT, 1)));
-        assert_eq!(decode(&b, &id(1)), None, "from itself");
-        assert_eq!(decode(&b[..23], &id(0)), None, "short");
+        let b = encode(BEAT, &id(1), None, 0);
+        assert_eq!(decode(&b, &id(0), None), Some((BEAT, 1, 0)));
+        assert_eq!(decode(&b, &id(1), None), None, "from itself");
+        assert_eq!(decode(&b[..23], &id(0), None), None, "short");
         let other_job = Identity { job: 8, ..id(0) };
-        assert_eq!(decode(&b, &other_job), None);
+        assert_eq!(decode(&b, &other_job, None), None);
         let other_group = Identity { group: 4, ..id(0) };
-        assert_eq!(decode(&b, &other_group), None);
-        let mut bad = b;
+        assert_eq!(decode(&b, &other_group, None), None);
+        let mut bad = b.clone();
         bad[20] = 9;
-        assert_eq!(decode(&bad, &id(0)), None, "rank out of range");
+        assert_eq!(decode(&bad, &id(0), None), None, "rank out of range");
         bad = b;
         bad[4] = 3;
-        assert_eq!(decode(&bad, &id(0)), None, "unknown kind");
+        assert_eq!(decode(&bad, &id(0), None), None, "unknown kind");
+    }
+
+    #[test]
+    fn under_a_key_only_datagrams_signed_with_it_count() {
+        let key = AuthKey::new(b"secret").unwrap();
+        let other = AuthKey::new(b"other").unwrap();
+        let signed = encode(BEAT, &id(1), Some(&key), 7);
+        assert_eq!(decode(&signed, &id(0), Some(&key)), Some((BEAT, 1, 7)));
+        assert_eq!(decode(&signed, &id(0), Some(&other)), None, "another key");
+        let plain = encode(BEAT, &id(1), None, 0);
+        assert_eq!(decode(&plain, &id(0), Some(&key)), None, "unsigned");
+        assert_eq!(
+            decode(&signed, &id(0), None),
+            None,
+            "signed without a key here"
+        );
+        for i in [4, 20, 24, 40] {
+            let mut bad = signed.clone();
+            bad[i] ^= 1;
+            assert_eq!(decode(&bad, &id(0), Some(&key)), None, "byte {i} changed");
+        }
     }
 
     const LOCAL: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
@@ -276,7 +336,11 @@ mod tests {
     }
 
     /// Rank 1 of a pair beating to `lower`, rank 0's socket.
-    fn upper(lower: SocketAddr, config: HeartbeatConfig) -> (Heartbeat, Arc<Cancel>) {
+    fn upper(
+        lower: SocketAddr,
+        config: HeartbeatConfig,
+        key: Option<AuthKey>,
+    ) -> (Heartbeat, Arc<Cancel>) {
         let cancel = Arc::new(Cancel::default());
         let beat = Heartbeat::start(
             udp(),
@@ -284,6 +348,7 @@ mod tests {
             &[Some(LOCAL), None],
             &[Some(lower), None],
             config,
+            key,
             cancel.clone(),
         )
         .unwrap();
@@ -291,7 +356,11 @@ mod tests {
     }
 
     /// Rank 0 of a pair on `sock`, learning rank 1's address from its datagrams.
-    fn lower(sock: UdpSocket, config: HeartbeatConfig) -> (Heartbeat, Arc<Cancel>) {
+    fn lower(
+        sock: UdpSocket,
+        config: HeartbeatConfig,
+        key: Option<AuthKey>,
+    ) -> (Heartbeat, Arc<Cancel>) {
         let cancel = Arc::new(Cancel::default());
         let beat = Heartbeat::start(
             sock,
@@ -299,6 +368,7 @@ mod tests {
             &[None, Some(LOCAL)],
             &[None, None],
             config,
+            key,
             cancel.clone(),
         )
         .unwrap();
@@ -324,8 +394,8 @@ mod tests {
     #[test]
     fn beating_peers_stay_up_and_a_departed_one_is_not_blamed() {
         let sock = udp();
-        let (up, up_cancel) = upper(sock.local_addr().unwrap(), FAST);
-        let (_low, low_cancel) = lower(sock, FAST);
+        let (up, up_cancel) = upper(sock.local_addr().unwrap(), FAST, None);
+        let (_low, low_cancel) = lower(sock, FAST, None);
         // Both beat (rank 0 learns rank 1's address): no failure over many silence windows.
         assert!(!raised_within(&low_cancel, FAST.interval * 16));
         assert!(!up_cancel.is_raised());
@@ -337,7 +407,7 @@ mod tests {
     #[test]
     fn a_peer_that_never_beats_fails_the_group_naming_it() {
         let frozen = udp();
-        let (_up, cancel) = upper(frozen.local_addr().unwrap(), FAST);
+        let (_up, cancel) = upper(frozen.local_addr().unwrap(), FAST, None);
         assert!(raised_within(&cancel, FAST.interval * 20));
         let msg = cancel.check().unwrap_err().to_string();
         assert!(
@@ -350,6 +420,37 @@ mod tests {
             .set_read_timeout(Some(Duration::from_secs(1)))
             .unwrap();
         let (n, _) = frozen.recv_from(&mut buf).unwrap();
-        assert_eq!(decode(&buf[..n], &id(0)), Some((BEAT, 1)));
+        assert_eq!(decode(&buf[..n], &id(0), None), Some((BEAT, 1, 0)));
+    }
+
+    #[test]
+    fn under_a_key_signed_peers_stay_up_and_replayed_or_unsigned_beats_do_not_help() {
+        let key = AuthKey::new(b"secret");
+        let sock = udp();
+        let (_up, up_cancel) = upper(sock.local_addr().unwrap(), FAST, key.clone());
+        let (_low, low_cancel) = lower(sock, FAST, key.clone());
+        assert!(!raised_within(&low_cancel, FAST.interval * 16));
+        assert!(!up_cancel.is_raised());
+
+        // A silent rank 0: an attacker replays one of its genuine beats and sends unsigned
+        // ones to rank 1 all along, which still names rank 0.
+        let frozen = udp();
+        let (_up, cancel) = upper(frozen.local_addr().unwrap(), FAST, key.clone());
+        let genuine = encode(BEAT, &id(0), key.as_ref(), 1);
+        let attacker = udp();
+        frozen
+            .set_read_timeout(Some(Duration::from_secs(1)))
+            .unwrap();
+        let mut buf = [0u8; 128];
+        let (_, rank1) = frozen.recv_from(&mut buf).unwrap();
+        let end = Instant::now() + FAST.interval * 20;
+        while Instant::now() < end && !cancel.is_raised() {
+            let _ = attacker.send_to(&genuine, rank1);
+            let _ = attacker.send_to(&encode(BEAT, &id(0), None, 0), rank1);
+            std::thread::sleep(FAST.interval / 2);
+        }
+        // Sent from the attacker's socket on 127.0.0.1 like rank 0's: only the count and the
+        // tag keep them out (the first replay is accepted once, then never again).
+        assert!(raised_within(&cancel, FAST.interval * 20));
     }
 }

@@ -355,7 +355,8 @@ fn connect_with_retry(addr: SocketAddr, deadline: Instant, peer: usize) -> Resul
 }
 
 /// The connecting side's handshake with rank `peer` at `addr`: hello, reply, and with a key the
-/// proofs both ways. Errors say why `peer` refused (or failed to prove itself).
+/// proofs both ways. Returns the round trip from hello to reply (a latency sample). Errors say
+/// why `peer` refused (or failed to prove itself).
 fn greet(
     sock: &mut TcpStream,
     hello: &Hello,
@@ -363,7 +364,7 @@ fn greet(
     peer: usize,
     addr: SocketAddr,
     deadline: Instant,
-) -> Result<()> {
+) -> Result<Duration> {
     let me = hello.rank;
     let fail = |why: &str| {
         Error::network(format!(
@@ -385,10 +386,12 @@ fn greet(
         }
     };
     let sent = |r: io::Result<()>| r.map_err(|e| fail(&format!("cannot send the handshake: {e}")));
+    let start = Instant::now();
     sent(io.write_all(&hello_bytes))?;
     let reply = read_reply(&mut io)?;
+    let round_trip = start.elapsed();
     match (reply.status, key) {
-        (Status::Ok, None) => Ok(()),
+        (Status::Ok, None) => Ok(round_trip),
         (Status::Challenge, Some(key)) => {
             let theirs_ok = key.verify(ACCEPTOR_LABEL, &[&hello_bytes, &reply.nonce], &reply.tag);
             // Our proof goes out even when theirs failed, so that they log the refusal too.
@@ -398,7 +401,7 @@ fn greet(
                 return Err(fail(Status::AuthFailed.refusal()));
             }
             match read_reply(&mut io)?.status {
-                Status::Ok => Ok(()),
+                Status::Ok => Ok(round_trip),
                 other => Err(fail(other.refusal())),
             }
         }
@@ -714,6 +717,8 @@ pub struct Mesh {
     pub udp: Option<UdpSocket>,
     /// The listening address of every lower rank (where its UDP socket is, too).
     pub lower: Vec<Option<SocketAddr>>,
+    /// The shortest handshake round trip this rank saw connecting to the lower ranks.
+    pub round_trip: Option<Duration>,
 }
 
 /// A TCP listener on `ip` and a UDP socket with the same port number.
@@ -755,6 +760,7 @@ pub fn connect_mesh_with(
             job: 0,
             udp: None,
             lower,
+            round_trip: None,
         });
     }
     let size32 = u32::try_from(size).map_err(|_| Error::invalid("world size exceeds u32"))?;
@@ -775,6 +781,7 @@ pub fn connect_mesh_with(
         &format!("{prefix}/addr/{rank}"),
         published(addr, job).as_bytes(),
     )?;
+    let mut shortest_round_trip: Option<Duration> = None;
     for (peer, slot) in socks.iter_mut().enumerate().take(rank) {
         let (peer_addr, peer_job) = match (peer, first) {
             (0, Some(entry)) => entry,
@@ -798,7 +805,8 @@ pub fn connect_mesh_with(
                 None => [0; NONCE_LEN],
             },
         };
-        greet(&mut sock, &hello, key, peer, peer_addr, deadline)?;
+        let round_trip = greet(&mut sock, &hello, key, peer, peer_addr, deadline)?;
+        shortest_round_trip = Some(shortest_round_trip.map_or(round_trip, |s| s.min(round_trip)));
         configure(&sock)?;
         *slot = Some(sock);
         lower[peer] = Some(peer_addr);
@@ -819,7 +827,32 @@ pub fn connect_mesh_with(
         job,
         udp: Some(udp),
         lower,
+        round_trip: shortest_round_trip,
     })
+}
+
+/// The links' one-way latency, the same on every rank: half the shortest handshake round
+/// trip of the highest rank (which connected to all the others), published under `prefix`.
+/// `round_trip` is this rank's [`Mesh::round_trip`].
+pub fn agree_latency(
+    store: &dyn Store,
+    prefix: &str,
+    rank: usize,
+    size: usize,
+    round_trip: Option<Duration>,
+    deadline: Instant,
+) -> Result<Option<Duration>> {
+    let key = format!("{prefix}/link_latency_ns");
+    let ns = match round_trip {
+        _ if size <= 1 => return Ok(None),
+        Some(rt) if rank == size - 1 => {
+            let ns = (rt / 2).as_nanos().to_string();
+            store.set(&key, ns.as_bytes())?;
+            ns
+        }
+        _ => String::from_utf8_lossy(&store.get(&key, remaining(deadline))?).into_owned(),
+    };
+    Ok(ns.parse().ok().map(Duration::from_nanos))
 }
 
 pub fn pollfd(fd: i32, events: libc::c_short) -> libc::pollfd {

@@ -18,6 +18,7 @@ use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::auth::AuthKey;
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
 use crate::store::Store;
@@ -25,7 +26,7 @@ use crate::tensor::RawBuf;
 use crate::transport::frame::{abort_class, FrameKind, Header};
 use crate::transport::heartbeat::{Heartbeat, HeartbeatConfig, Identity};
 use crate::transport::shm::{share_memory, ShmHost, ShmPipe};
-use crate::transport::tcp::connect_mesh;
+use crate::transport::tcp::{agree_latency, connect_mesh};
 use crate::transport::workspace::Workspace;
 use crate::transport::{Op, OpCtx, P2pDone, SharedMemory, Transport};
 use crate::types::CollectiveKind;
@@ -101,6 +102,8 @@ pub struct MeshTransport {
     ws_seq: u64,
     /// More local ranks than CPUs: waiting ranks yield at once instead of spinning.
     oversubscribed: bool,
+    /// The links' one-way latency measured at connect (the same on every rank).
+    latency: Option<Duration>,
     /// Fails the group (through `cancel`) when a peer goes silent; stopped at shutdown.
     heartbeat: Option<Heartbeat>,
     /// Shared memory with the peers on this host; after `peers` and `ws`, so the pipes and
@@ -109,6 +112,11 @@ pub struct MeshTransport {
 }
 
 impl MeshTransport {
+    /// The links' one-way latency measured at connect, the same on every rank (None alone).
+    pub fn latency(&self) -> Option<Duration> {
+        self.latency
+    }
+
     /// Joins the mesh of group `group` (rendezvous keys under `prefix` in `store`) within
     /// `timeout`: TCP to every peer, and shared memory to those on this host when
     /// `shared_memory` (every rank must pass the same). Waits stop once `cancel` is raised.
@@ -148,10 +156,12 @@ impl MeshTransport {
                 &peer_ips,
                 &mesh.lower,
                 config,
+                AuthKey::from_env(),
                 cancel.clone(),
             )?),
             _ => None,
         };
+        let latency = agree_latency(&*store, prefix, rank, size, mesh.round_trip, deadline)?;
         let socks = mesh.socks;
         let (host, host_of) = if shared_memory {
             share_memory(&*store, prefix, rank, size, group, deadline)?
@@ -188,6 +198,7 @@ impl MeshTransport {
                 (Some(h), Some(w)) => h.cores() < w.local_size(),
                 _ => false,
             },
+            latency,
             ws,
             ws_seq: u64::MAX,
             heartbeat,

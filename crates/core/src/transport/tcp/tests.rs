@@ -377,3 +377,26 @@ fn tcp_interface_selection_follows_nccl_syntax() {
     // This machine's own list has loopback.
     assert!(interfaces().unwrap().iter().any(|i| i.ip.is_loopback()));
 }
+
+#[test]
+fn every_rank_agrees_on_the_highest_ranks_latency() {
+    let store = Arc::new(HashStore::new());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let handles: Vec<_> = (0..3)
+        .map(|rank| {
+            let store = store.clone();
+            // Only the ranks that connected to lower ones measured a round trip.
+            let round_trip = (rank > 0).then(|| Duration::from_micros(100 * rank as u64));
+            std::thread::spawn(move || {
+                agree_latency(&*store, "lat", rank, 3, round_trip, deadline).unwrap()
+            })
+        })
+        .collect();
+    for h in handles {
+        assert_eq!(h.join().unwrap(), Some(Duration::from_micros(100)));
+    }
+    assert_eq!(
+        agree_latency(&*store, "alone", 0, 1, None, deadline).unwrap(),
+        None
+    );
+}
