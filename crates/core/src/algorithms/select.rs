@@ -132,7 +132,11 @@ fn parse_rate(text: &str) -> Option<u64> {
 /// Measured over TCP loopback (benches/allreduce.rs): RD wins at 4 KiB everywhere and at
 /// 256 KiB on 4 ranks; the ring wins at 256 KiB on 2 ranks and from 4 MiB on.
 const TCP_ALL_REDUCE_RD_MAX_BYTES: usize = 256 << 10;
-/// Over TCP, broadcast from this many bytes on, with at least 3 ranks, uses the chain.
+/// Over TCP, broadcast from this many bytes on, with at least 3 ranks, uses the chain, on
+/// links slower than half the reference's bandwidth: there the network limits, and the chain
+/// sends each byte over the root's link once. On loopback and links as fast the hosts limit,
+/// every hop of the chain costs a copy, and the binomial tree's fewer stages win (measured over
+/// loopback at world 4: 64 MiB in 63 ms against the chain's 152 ms).
 const TCP_BROADCAST_CHAIN_MIN_BYTES: usize = 1 << 20;
 /// Over TCP, all_gather up to this many bytes in total uses the direct exchange.
 const TCP_ALL_GATHER_DIRECT_MAX_BYTES: usize = 256 << 10;
@@ -411,7 +415,9 @@ impl AlgoOverrides {
             LinkKind::SharedMemory => BroadcastAlgo::Shm,
             LinkKind::Hierarchical => BroadcastAlgo::Hierarchical,
             LinkKind::Tcp
-                if world >= 3 && bytes >= self.tcp.scale(TCP_BROADCAST_CHAIN_MIN_BYTES) =>
+                if world >= 3
+                    && self.tcp.bandwidth < LinkModel::REFERENCE.bandwidth / 2
+                    && bytes >= self.tcp.scale(TCP_BROADCAST_CHAIN_MIN_BYTES) =>
             {
                 BroadcastAlgo::Chain
             }
@@ -598,7 +604,7 @@ mod tests {
         assert_eq!(o.all_reduce(8, 2, shm), AllReduceAlgo::ShmOneShot);
         assert_eq!(o.all_reduce(64 << 20, 2, shm), AllReduceAlgo::ShmTwoShot);
         assert_eq!(o.all_reduce(8, 4, mixed), AllReduceAlgo::Hierarchical);
-        assert_eq!(o.broadcast(64 << 20, 4, tcp), BroadcastAlgo::Chain);
+        assert_eq!(o.broadcast(64 << 20, 4, tcp), BroadcastAlgo::BinomialTree);
         assert_eq!(o.broadcast(64 << 20, 2, tcp), BroadcastAlgo::BinomialTree);
         assert_eq!(o.broadcast(8, 4, shm), BroadcastAlgo::Shm);
         assert_eq!(o.all_gather(100, tcp), AllGatherAlgo::Direct);
@@ -648,7 +654,7 @@ mod tests {
             AllReduceAlgo::RecursiveDoubling
         );
         assert_eq!(far.broadcast(4 << 20, 4, tcp), BroadcastAlgo::BinomialTree);
-        assert_eq!(reference.broadcast(4 << 20, 4, tcp), BroadcastAlgo::Chain);
+        assert_eq!(slow.broadcast(4 << 20, 2, tcp), BroadcastAlgo::BinomialTree);
         // Leaders between hosts use the same model; shared memory does not read it.
         assert_eq!(
             slow.all_reduce_between_hosts(128 << 10, 4),
