@@ -370,10 +370,21 @@ class World:
     # -- running cases --------------------------------------------------------------------
 
     def submit(self, name: str, ranks: Optional[list[int]] = None,
-               per_rank: Optional[dict[int, dict[str, Any]]] = None, **params: Any) -> list[int]:
-        """Sends case `name` to `ranks` (default all); `per_rank[r]` overrides params of rank r."""
-        self.ensure()
+               per_rank: Optional[dict[int, dict[str, Any]]] = None, alongside: bool = False,
+               **params: Any) -> list[int]:
+        """Sends case `name` to `ranks` (default all); `per_rank[r]` overrides params of rank r.
+
+        With `alongside`, other ranks may still be running a case this test submitted (their
+        answers are collected later); otherwise a world with answers outstanding is restarted
+        first (a test interrupted then left them)."""
         ranks = list(range(self.size)) if ranks is None else ranks
+        if alongside:
+            busy = self.outstanding.intersection(ranks)
+            if not self.alive or busy:
+                raise RuntimeError(f"submit({name!r}, alongside=True): world not started, or "
+                                   f"ranks {sorted(busy)} still run a case")
+        else:
+            self.ensure()
         self.outstanding.update(ranks)
         for r in ranks:
             p = dict(params)
@@ -387,9 +398,11 @@ class World:
         return self._collect(ranks, timeout, name)
 
     def run(self, name: str, ranks: Optional[list[int]] = None, timeout: float = CASE_TIMEOUT,
-            per_rank: Optional[dict[int, dict[str, Any]]] = None, **params: Any) -> list[Any]:
-        """Runs case `name` on `ranks` (default all) and returns each rank's return value."""
-        ranks = self.submit(name, ranks, per_rank, **params)
+            per_rank: Optional[dict[int, dict[str, Any]]] = None, alongside: bool = False,
+            **params: Any) -> list[Any]:
+        """Runs case `name` on `ranks` (default all) and returns each rank's return value
+        (`alongside`: see submit)."""
+        ranks = self.submit(name, ranks, per_rank, alongside, **params)
         return self._collect(ranks, timeout, name)
 
     def wait_notes(self, ranks: list[int], name: str, timeout: float = CASE_TIMEOUT) -> list[Any]:

@@ -241,13 +241,6 @@ else:
             return False
 
         @_not_traced
-        def abort(self) -> None:
-            """Fails queued work (CPU and CUDA) and tells peers the group is aborted."""
-            if self._cuda is not None:
-                _api()._cuda().abort(self)
-            self._pg.abort()
-
-        @_not_traced
         def shutdown(self) -> None:
             """Leaves the group cleanly (``destroy_process_group`` calls this)."""
             self._shutdown()

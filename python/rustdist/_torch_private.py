@@ -62,6 +62,13 @@ def allgather_options() -> Any:
     return _c10d.AllgatherOptions()
 
 
+def abort_process_group(group: Any) -> None:
+    """``torch.distributed.distributed_c10d._abort_process_group``: aborts ``group`` (None or
+    WORLD: every group) through each group's ``abort()``, then forgets it (them: the world is
+    uninitialised)."""
+    _td.distributed_c10d._abort_process_group(group)
+
+
 def register_functional_cpu_kernel(op: str, fn: Any) -> Any:
     """Registers ``fn`` as the CPU kernel of ``_c10d_functional.<op>``: torch's own asks the
     group for a per-device C++ backend, which a Python group lacks. Keep the result alive."""
@@ -71,6 +78,6 @@ def register_functional_cpu_kernel(op: str, fn: Any) -> Any:
 
 
 __all__ = [
-    "KEEPS_PYTHON_WORK", "allgather_options", "WorkBase", "keep_for_functional_collectives",
-    "register_functional_cpu_kernel", "register_inflight_outputs", "resolve_group",
+    "KEEPS_PYTHON_WORK", "abort_process_group", "allgather_options", "WorkBase",
+    "keep_for_functional_collectives", "register_functional_cpu_kernel", "register_inflight_outputs", "resolve_group",
 ]

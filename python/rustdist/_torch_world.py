@@ -5,7 +5,8 @@ rustdist creates its default group and its subgroups through torch.distributed's
 rustdist's world: torch APIs with no ``group=`` (DDP, FSDP2, DeviceMesh, DTensor, Join,
 ZeroRedundancyOptimizer, torch.distributed.checkpoint, functional collectives) run on
 rustdist's engine, and after ``torch.distributed.init_process_group("rustdist")`` rustdist's
-functions use that world. Only public torch API is used here.
+functions use that world. Only public torch API is used here, and torch's
+``_abort_process_group`` (through ``_torch_private``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import torch.distributed as td
 
 from . import _core
 from ._torch_backend import BACKEND_NAME, register
+from ._torch_private import abort_process_group
 
 
 class StoreAdapter(td.Store):
@@ -121,4 +123,14 @@ def destroy(group: Any) -> None:
         _world_store = None
 
 
-__all__ = ["StoreAdapter", "default_group", "destroy", "init", "new_group", "torch_store"]
+def abort(group: Any) -> None:
+    """torch's ``_abort_process_group``: aborts the group(s) (each rustdist group's
+    ``abort``) and forgets them."""
+    global _world_store
+    abort_process_group(group)
+    if not td.is_initialized():
+        _world_store = None
+
+
+__all__ = ["StoreAdapter", "abort", "default_group", "destroy", "init", "new_group",
+           "torch_store"]

@@ -22,7 +22,7 @@ from ._errors import DistNetworkError, DistStoreError
 from ._reduce_op import ReduceOp, op_args, supports_complex
 from ._tensor import _TORCH_CODES, COMPLEX_CODES, ITEMSIZE, OnCuda, _Tensor, buffer, concat
 
-from ._torch_backend import GroupBase
+from ._torch_backend import GroupBase, _not_traced
 
 _TorchFuture: Any = None
 _torch_world: Any = None
@@ -149,12 +149,32 @@ class ProcessGroup(GroupBase):  # type: ignore[misc, valid-type]
     def _shutdown(self) -> None:
         """Leaves the engine group and its CUDA group (queued work still runs); forgets it as
         the default."""
-        global _default_pg
-        if _default_pg is self:
-            _default_pg = None
+        self._forget_as_default()
         if self._cuda is not None:
             _cuda().shutdown(self)
         self._pg.shutdown()
+
+    @_not_traced
+    def abort(self) -> None:
+        """abort all operations and connections if supported by the backend
+
+        Every queued and in-progress operation of the group (CPU and CUDA), whichever thread
+        started or waits on it, fails within milliseconds with DistBackendError saying the
+        group was aborted, and so does every later one; the peers are told, so that their
+        pending and later operations on the group fail the same way. The group stays
+        registered (torch's semantics): ``_abort_process_group`` or
+        ``destroy_process_group`` forgets it.
+        """
+        if _torch_world is not None:
+            self._forget_as_default()  # a cache there: _default() finds it while torch has it
+        if self._cuda is not None:
+            _cuda().abort(self)
+        self._pg.abort()
+
+    def _forget_as_default(self) -> None:
+        global _default_pg
+        if _default_pg is self:
+            _default_pg = None
 
     def __repr__(self) -> str:
         return f"<rustdist.ProcessGroup {self.group_name!r} rank {self._rank} of {self._size}>"
@@ -693,6 +713,55 @@ def destroy_process_group(group: Optional[ProcessGroup] = None) -> None:
     for sub in subgroups:
         sub._shutdown()
     pg._shutdown()
+
+
+def _abort_process_group(group: Optional[ProcessGroup] = None) -> None:
+    """Abort a given process group. If group.WORLD (i.e. `None`) is given, all process groups
+    including the default one will be aborted.
+
+    Args:
+        group (ProcessGroup, optional): The process group to be aborted.
+
+    Each group's ``abort()`` fails its queued and in-progress operations on every thread (and
+    tells the peers); the aborted groups are then forgotten as ``destroy_process_group``
+    forgets them, so that after aborting the world ``init_process_group`` may be called again.
+    Unlike torch's (NCCL only), this works on every rustdist group.
+    """
+    global _default_pg, _default_store, _group_count, _non_member_ranks
+    if group.__class__ is int and group == GroupMember.NON_GROUP_MEMBER:
+        return
+    default = _default()
+    pg = default if group is None else group
+    if pg is None:
+        raise AssertionError("Process group cannot be None")
+    if _torch_world is not None:
+        logger.info("aborting process group %s", getattr(pg, "group_name", pg))
+        _torch_world.abort(group)
+        for gone in list(_torch_made) if pg is default else [pg]:
+            gone.abort()  # done already by torch 2.13; a repeat is a no-op
+        if pg is default:
+            _default_pg = _default_store = None
+            _non_member_ranks = None
+        return
+    if pg is not _default_pg:
+        if _subgroups.get(getattr(pg, "group_name", None)) is not pg:
+            raise ValueError("Invalid process group specified or has been destroyed.")
+        del _subgroups[pg.group_name]
+        logger.info("aborting process group %s (ranks %s)", pg.group_name, pg._ranks)
+        pg.abort()
+        return
+    subgroups = list(_subgroups.values())
+    # cleared first, as in destroy_process_group: init works again even if an abort fails
+    _default_pg = _default_store = None
+    _subgroups.clear()
+    _local_group_counts.clear()
+    _group_count = 0
+    _non_member_ranks = None
+    logger.info("rank %d: aborting the default process group and %d subgroups", pg._rank,
+                len(subgroups))
+    for sub in reversed(subgroups):  # newest first, as torch does
+        sub.abort()
+    pg.abort()
 
 
 def get_rank(group: Optional[ProcessGroup] = None) -> int:
