@@ -11,7 +11,6 @@ import datetime
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from typing import Callable, Optional
 

@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from typing import Any, Callable, Iterator, Optional
 
 import pytest
