@@ -670,14 +670,14 @@ def init_process_group(
                 rank, name, world_size)
 
 
-def destroy_process_group(group: Optional[ProcessGroup] = None) -> None:
-    """Destroy a given process group, and deinitialize the distributed package.
-
-    Args:
-        group: The process group to be destroyed; None or ``group.WORLD`` destroys the
-            default group (and with it every group), after which ``init_process_group`` may
-            be called again. A subgroup (from ``new_group``) is destroyed alone.
-    """
+def _end_groups(group: Optional[ProcessGroup], how: str, end: str, torch_end: str,
+                invalid: str) -> None:
+    """What destroy_process_group and _abort_process_group share: ends ``group`` with its
+    method ``end`` (``_shutdown`` or ``abort``; in torch's world after ``_torch_world``'s
+    ``torch_end``) and forgets it; None or ``group.WORLD`` ends the default group and every
+    subgroup (newest first, as torch does), after which ``init_process_group`` may be called
+    again. ``how`` names it in the log; ``invalid`` is the error for a group that is not one
+    of this world's."""
     global _default_pg, _default_store, _group_count, _non_member_ranks
     if group.__class__ is int and group == GroupMember.NON_GROUP_MEMBER:
         return
@@ -686,33 +686,44 @@ def destroy_process_group(group: Optional[ProcessGroup] = None) -> None:
     if pg is None:
         raise AssertionError("Process group cannot be None")
     if _torch_world is not None:
-        logger.info("destroying process group %s", getattr(pg, "group_name", pg))
-        _torch_world.destroy(group)
+        logger.info("%s process group %s", how, getattr(pg, "group_name", pg))
+        getattr(_torch_world, torch_end)(group)
         for gone in list(_torch_made) if pg is default else [pg]:
-            gone._shutdown()  # done already on newer torch; a repeat is a no-op
+            getattr(gone, end)()  # done already by newer torch; a repeat is a no-op
         if pg is default:
             _default_pg = _default_store = None
             _non_member_ranks = None
         return
     if pg is not _default_pg:
         if _subgroups.get(getattr(pg, "group_name", None)) is not pg:
-            raise ValueError("Invalid process group specified")
+            raise ValueError(invalid)
         del _subgroups[pg.group_name]
-        logger.info("destroying process group %s (ranks %s)", pg.group_name, pg._ranks)
-        pg._shutdown()
+        logger.info("%s process group %s (ranks %s)", how, pg.group_name, pg._ranks)
+        getattr(pg, end)()
         return
     subgroups = list(_subgroups.values())
-    # cleared first: init works again even if a shutdown fails
+    # cleared first: init works again even if ending a group fails
     _default_pg = _default_store = None
     _subgroups.clear()
     _local_group_counts.clear()
     _group_count = 0
     _non_member_ranks = None
-    logger.info("rank %d: destroying the default process group and %d subgroups", pg._rank,
+    logger.info("rank %d: %s the default process group and %d subgroups", pg._rank, how,
                 len(subgroups))
-    for sub in subgroups:
-        sub._shutdown()
-    pg._shutdown()
+    for sub in reversed(subgroups):
+        getattr(sub, end)()
+    getattr(pg, end)()
+
+
+def destroy_process_group(group: Optional[ProcessGroup] = None) -> None:
+    """Destroy a given process group, and deinitialize the distributed package.
+
+    Args:
+        group: The process group to be destroyed; None or ``group.WORLD`` destroys the
+            default group (and with it every group), after which ``init_process_group`` may
+            be called again. A subgroup (from ``new_group``) is destroyed alone.
+    """
+    _end_groups(group, "destroying", "_shutdown", "destroy", "Invalid process group specified")
 
 
 def _abort_process_group(group: Optional[ProcessGroup] = None) -> None:
@@ -727,41 +738,8 @@ def _abort_process_group(group: Optional[ProcessGroup] = None) -> None:
     forgets them, so that after aborting the world ``init_process_group`` may be called again.
     Unlike torch's (NCCL only), this works on every rustdist group.
     """
-    global _default_pg, _default_store, _group_count, _non_member_ranks
-    if group.__class__ is int and group == GroupMember.NON_GROUP_MEMBER:
-        return
-    default = _default()
-    pg = default if group is None else group
-    if pg is None:
-        raise AssertionError("Process group cannot be None")
-    if _torch_world is not None:
-        logger.info("aborting process group %s", getattr(pg, "group_name", pg))
-        _torch_world.abort(group)
-        for gone in list(_torch_made) if pg is default else [pg]:
-            gone.abort()  # done already by torch 2.13; a repeat is a no-op
-        if pg is default:
-            _default_pg = _default_store = None
-            _non_member_ranks = None
-        return
-    if pg is not _default_pg:
-        if _subgroups.get(getattr(pg, "group_name", None)) is not pg:
-            raise ValueError("Invalid process group specified or has been destroyed.")
-        del _subgroups[pg.group_name]
-        logger.info("aborting process group %s (ranks %s)", pg.group_name, pg._ranks)
-        pg.abort()
-        return
-    subgroups = list(_subgroups.values())
-    # cleared first, as in destroy_process_group: init works again even if an abort fails
-    _default_pg = _default_store = None
-    _subgroups.clear()
-    _local_group_counts.clear()
-    _group_count = 0
-    _non_member_ranks = None
-    logger.info("rank %d: aborting the default process group and %d subgroups", pg._rank,
-                len(subgroups))
-    for sub in reversed(subgroups):  # newest first, as torch does
-        sub.abort()
-    pg.abort()
+    _end_groups(group, "aborting", "abort", "abort",
+                "Invalid process group specified or has been destroyed.")
 
 
 def get_rank(group: Optional[ProcessGroup] = None) -> int:
