@@ -79,5 +79,6 @@ def register_functional_cpu_kernel(op: str, fn: Any) -> Any:
 
 __all__ = [
     "KEEPS_PYTHON_WORK", "abort_process_group", "allgather_options", "WorkBase",
-    "keep_for_functional_collectives", "register_functional_cpu_kernel", "register_inflight_outputs", "resolve_group",
+    "keep_for_functional_collectives", "register_functional_cpu_kernel",
+    "register_inflight_outputs", "resolve_group",
 ]

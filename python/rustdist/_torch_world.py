@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import inspect
 from datetime import timedelta
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 import torch.distributed as td
@@ -114,22 +114,25 @@ def new_group(ranks: Optional[list[int]], timeout: timedelta, pg_options: Any,
 _NEW_GROUP_SORTS = "sort_ranks" in inspect.signature(td.new_group).parameters
 
 
+def _end(group: Any, torch_end: Callable[[Any], None]) -> None:
+    """Ends ``group`` with torch's ``torch_end``; forgets the world's store once torch's world
+    is gone."""
+    global _world_store
+    torch_end(group)
+    if not td.is_initialized():
+        _world_store = None
+
+
 def destroy(group: Any) -> None:
     """torch's ``destroy_process_group``: shuts the group(s) down (each rustdist group's
     ``shutdown`` leaves its engine group) and forgets them."""
-    global _world_store
-    td.destroy_process_group(group)
-    if not td.is_initialized():
-        _world_store = None
+    _end(group, td.destroy_process_group)
 
 
 def abort(group: Any) -> None:
     """torch's ``_abort_process_group``: aborts the group(s) (each rustdist group's
     ``abort``) and forgets them."""
-    global _world_store
-    abort_process_group(group)
-    if not td.is_initialized():
-        _world_store = None
+    _end(group, abort_process_group)
 
 
 __all__ = ["StoreAdapter", "abort", "default_group", "destroy", "init", "new_group",
