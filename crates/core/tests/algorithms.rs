@@ -187,7 +187,8 @@ type AllReduceFn = fn(&mut dyn Transport, &OpCtx, &mut [u8]) -> Result<()>;
 fn all_reduce_algos() -> Vec<(&'static str, Layout, AllReduceFn)> {
     vec![
         ("ring", Layout::Apart, |t, c, b| {
-            allreduce::ring::all_reduce(t, c, b, allreduce::ring::DEFAULT_MAX_CHUNK_BYTES)
+            let chunk = algorithms::select::ring_chunk_bytes(t.size());
+            allreduce::ring::all_reduce(t, c, b, chunk)
         }),
         ("ring/small-chunks", Layout::Apart, |t, c, b| {
             allreduce::ring::all_reduce(t, c, b, 40)

@@ -201,15 +201,20 @@ fn rows_divide(x: &Bound<'_, PyAny>, numel: usize, size: usize) -> PyResult<bool
     Ok(rows % size == 0)
 }
 
-/// Whether `op` is absent or SUM (a `ReduceOp.SUM` value or a ReduceOp holding it).
+/// Whether `op` is absent or SUM (a `ReduceOp.SUM` value or a ReduceOp holding it, as
+/// torch's option objects pass it to a backend).
 fn is_sum(st: &State, op: &Option<Bound<'_, PyAny>>) -> PyResult<bool> {
     let Some(op) = op else {
         return Ok(true);
     };
     let py = op.py();
     let sum = st.sum.bind(py);
-    Ok(op.is(sum)
-        || (op.get_type().is(st.op_class.bind(py)) && op.getattr(intern!(py, "op"))?.is(sum)))
+    if op.is(sum) {
+        return Ok(true);
+    }
+    // A ReduceOp compares equal to the op type it holds (in C++: cheaper than reading `.op`,
+    // which makes a new enum object on every read).
+    Ok(op.get_type().is(st.op_class.bind(py)) && op.eq(sum)?)
 }
 
 /// The rustdist group `group` names (the default one for None) with its engine group.

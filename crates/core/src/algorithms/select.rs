@@ -132,6 +132,24 @@ fn parse_rate(text: &str) -> Option<u64> {
 /// Measured over TCP loopback (benches/allreduce.rs): RD wins at 4 KiB everywhere and at
 /// 256 KiB on 4 ranks; the ring wins at 256 KiB on 2 ranks and from 4 MiB on.
 const TCP_ALL_REDUCE_RD_MAX_BYTES: usize = 256 << 10;
+/// Bound on one message of the ring all_reduce on 2 ranks: each step is a swap of one chunk
+/// each way, and 1 MiB keeps a chunk in cache between its reduction and its sending (64 MiB
+/// over loopback: 31-38 ms against 40-53 ms with 2-4 MiB chunks and 38-58 ms with 512 KiB).
+const RING_CHUNK_BYTES_TWO_RANKS: usize = 1 << 20;
+/// The same bound on 3 ranks or more, where each of the 2(n-1) steps waits for the slowest
+/// of n ranks and fewer, larger steps cost less (64 MiB over loopback at world 4: 100-113 ms
+/// against 102-144 ms with 4 MiB chunks and 107-150 ms with 1 MiB).
+const RING_CHUNK_BYTES: usize = 16 << 20;
+
+/// The bound on one message (one chunk) of the ring all_reduce on `world` ranks.
+pub fn ring_chunk_bytes(world: usize) -> usize {
+    if world <= 2 {
+        RING_CHUNK_BYTES_TWO_RANKS
+    } else {
+        RING_CHUNK_BYTES
+    }
+}
+
 /// Over TCP, broadcast from this many bytes on, with at least 3 ranks, uses the chain, on
 /// links slower than half the reference's bandwidth: there the network limits, and the chain
 /// sends each byte over the root's link once. On loopback and links as fast the hosts limit,

@@ -9,10 +9,8 @@ use crate::algorithms::common::{part, ring_all_gather, ring_reduce_scatter};
 use crate::error::Result;
 use crate::transport::{OpCtx, Transport};
 
-/// Default bound on the bytes of one ring chunk (one message).
-pub const DEFAULT_MAX_CHUNK_BYTES: usize = 4 << 20;
-
-/// All-reduces `buf` in place with `ctx.reduce`; `max_chunk_bytes` bounds one message.
+/// All-reduces `buf` in place with `ctx.reduce`; `max_chunk_bytes` bounds one message
+/// (`select::ring_chunk_bytes` gives the policy's bound).
 pub fn all_reduce(
     t: &mut dyn Transport,
     ctx: &OpCtx,

@@ -36,6 +36,8 @@ mod p2p;
 mod progress;
 mod rx;
 mod shared;
+#[cfg(test)]
+mod tests;
 mod tx;
 
 use link::Connection;
@@ -59,6 +61,10 @@ struct Peer {
     closed: bool,
     /// Scratch for `RecvReduce`: incoming bytes before they are reduced into place.
     scratch: Vec<u8>,
+    /// Payload buffers of consumed stashed frames, reused by the next ones: a ring step's
+    /// frame often arrives before its receive is posted, and a fresh buffer each time costs
+    /// page faults and zeroing on every step.
+    spare: Vec<Vec<u8>>,
 }
 
 impl Peer {
@@ -73,9 +79,29 @@ impl Peer {
             left: false,
             closed: false,
             scratch: Vec::new(),
+            spare: Vec::new(),
         })
     }
+
+    /// A buffer for the payload of a frame read into the stash: a spare one when there is
+    /// one. Its length is stale; the stash grows it as bytes arrive and trims it at the end.
+    fn stash_buffer(&mut self) -> Vec<u8> {
+        self.spare.pop().unwrap_or_default()
+    }
+
+    /// Keeps a consumed stash payload for reuse (a few per peer, none larger than a ring
+    /// chunk, so memory stays bounded).
+    fn recycle(&mut self, payload: Vec<u8>) {
+        if self.spare.len() < SPARE_STASH_BUFFERS && payload.capacity() <= SPARE_MAX_BYTES {
+            self.spare.push(payload);
+        }
+    }
 }
+
+/// Spare stash buffers kept per peer.
+const SPARE_STASH_BUFFERS: usize = 2;
+/// The largest stash buffer kept for reuse (a large point-to-point message is not kept).
+const SPARE_MAX_BYTES: usize = 16 << 20;
 
 /// The mesh transport of one group.
 pub struct MeshTransport {

@@ -106,6 +106,9 @@ impl MeshTransport {
                 )))
             };
             self.complete_posted(id, outcome);
+            if let Some(peer) = self.peers[p].as_mut() {
+                peer.recycle(frame.payload);
+            }
             return;
         }
     }

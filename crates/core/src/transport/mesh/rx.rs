@@ -132,6 +132,15 @@ impl MeshTransport {
             };
             moved = true;
             self.advance(p, n, ctx, recvs)?;
+            // Once this step expects nothing more from `p`, its next frame waits in the socket
+            // while the caller checks whether the step is over: a frame of a later collective
+            // is then read straight into its receive, not copied through the stash.
+            let at_boundary = self.peers[p]
+                .as_ref()
+                .is_some_and(|peer| matches!(peer.rx, Rx::Header { got: 0, .. }));
+            if ctx.is_some() && at_boundary && next_step_recv(recvs, p).is_none() {
+                return Ok(moved);
+            }
         }
     }
 
@@ -212,7 +221,8 @@ impl MeshTransport {
             Rx::Stash { frame, got } => {
                 *got += n;
                 if *got as u64 == frame.hdr.len {
-                    if let Rx::Stash { frame, .. } = std::mem::replace(&mut peer.rx, RX_IDLE) {
+                    if let Rx::Stash { mut frame, got } = std::mem::replace(&mut peer.rx, RX_IDLE) {
+                        frame.payload.truncate(got);
                         self.on_frame(p, frame, ctx, recvs)?;
                     }
                 }
@@ -296,14 +306,19 @@ impl MeshTransport {
             }
             FrameKind::Abort | FrameKind::Goodbye => {}
         }
-        let frame = Frame {
-            hdr,
-            payload: Vec::new(),
-        };
         if hdr.len == 0 {
+            let frame = Frame {
+                hdr,
+                payload: Vec::new(),
+            };
             return self.on_frame(p, frame, ctx, recvs);
         }
-        self.peer(p)?.rx = Rx::Stash { frame, got: 0 };
+        let peer = self.peer(p)?;
+        let frame = Frame {
+            hdr,
+            payload: peer.stash_buffer(),
+        };
+        peer.rx = Rx::Stash { frame, got: 0 };
         Ok(())
     }
 
@@ -376,6 +391,7 @@ impl MeshTransport {
         }
         r.got = r.buf.len();
         r.done = true;
+        self.peer(p)?.recycle(frame.payload);
         Ok(())
     }
 

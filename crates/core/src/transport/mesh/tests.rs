@@ -1,0 +1,96 @@
+//! The mesh over TCP alone (no shared memory), two ranks as threads of this process.
+
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::MeshTransport;
+use crate::cancel::Cancel;
+use crate::store::{HashStore, Store};
+use crate::tensor::RawBuf;
+use crate::transport::Transport;
+
+const TIMEOUT: Duration = Duration::from_secs(20);
+
+fn connect_pair(prefix: &str) -> [MeshTransport; 2] {
+    let store: Arc<dyn Store> = Arc::new(HashStore::new());
+    let dial = |rank: usize| {
+        let (store, prefix) = (store.clone(), prefix.to_string());
+        std::thread::spawn(move || {
+            let cancel = Arc::new(Cancel::default());
+            MeshTransport::connect(store, &prefix, rank, 2, 7, TIMEOUT, false, cancel)
+        })
+    };
+    let (a, b) = (dial(0), dial(1));
+    let join = |h: std::thread::JoinHandle<crate::Result<MeshTransport>>| {
+        h.join()
+            .expect("rank thread panicked")
+            .expect("mesh connects")
+    };
+    [join(a), join(b)]
+}
+
+/// Pumps `t` until `pending` operations reported to `rx`, returning their outcomes in order.
+fn drive(t: &mut MeshTransport, rx: &mpsc::Receiver<crate::Result<usize>>, pending: usize) {
+    let deadline = Instant::now() + TIMEOUT;
+    let mut done = 0;
+    while done < pending {
+        t.pump(&|| false).expect("pump");
+        while let Ok(outcome) = rx.try_recv() {
+            outcome.expect("operation succeeds");
+            done += 1;
+        }
+        assert!(Instant::now() < deadline, "operations did not complete");
+    }
+}
+
+#[test]
+fn stashed_frames_reuse_buffers_and_arrive_intact() {
+    let [mut sender, mut receiver] = connect_pair("stash");
+    // Round 2 sends a small frame after large ones, into buffers recycled from round 1.
+    let rounds: [&[usize]; 2] = [&[100_000, 3, 50_000, 1000], &[70_000, 5, 120_000, 1]];
+    let deadline = Instant::now() + TIMEOUT;
+    for (round, sizes) in rounds.iter().enumerate() {
+        let tag0 = round * sizes.len();
+        let mut outboxes: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| (0..n).map(|b| (b * 7 + tag0 + i) as u8).collect())
+            .collect();
+        let received = std::thread::scope(|s| {
+            let sending = s.spawn(|| {
+                let (tx, rx) = mpsc::channel();
+                for (i, out) in outboxes.iter_mut().enumerate() {
+                    let tx = tx.clone();
+                    // SAFETY: the outboxes outlive the scope, which waits for every send.
+                    let data = unsafe { RawBuf::new(out.as_mut_ptr(), out.len()) };
+                    let tag = (tag0 + i) as i64;
+                    sender.post_send(1, tag, data, deadline, Box::new(move |r| drop(tx.send(r))));
+                }
+                drive(&mut sender, &rx, sizes.len());
+            });
+            // Receive in reverse tag order: every frame but the last waits in the stash.
+            let (tx, rx) = mpsc::channel();
+            let mut inboxes: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0xAA; n]).collect();
+            for (i, inbox) in inboxes.iter_mut().enumerate().rev() {
+                let tx = tx.clone();
+                // SAFETY: the inboxes outlive `drive`, which waits for every receive.
+                let buf = unsafe { RawBuf::new(inbox.as_mut_ptr(), inbox.len()) };
+                let tag = (tag0 + i) as i64;
+                receiver.post_recv(
+                    Some(0),
+                    tag,
+                    buf,
+                    deadline,
+                    Box::new(move |r| drop(tx.send(r))),
+                );
+                drive(&mut receiver, &rx, 1);
+            }
+            sending.join().expect("sender thread panicked");
+            inboxes
+        });
+        for (i, (got, want)) in received.iter().zip(&outboxes).enumerate() {
+            assert!(got == want, "round {round}, frame {i}: payload differs");
+        }
+    }
+}
