@@ -250,19 +250,14 @@ else:
         @_not_traced
         def allreduce(self, tensors: list[Tensor], opts: Any = None) -> RustdistWork:
             """all_reduce of each tensor (torch's AllreduceOptions give the op)."""
+            op = _op(opts) if opts is not None else _td.ReduceOp.SUM
             if isinstance(tensors, Tensor):
                 tensors = [tensors]
             api = _api()
-            if opts is None:
-                op = _td.ReduceOp.SUM
-            else:
-                # _op and _async inlined: torch's Python API comes here on every synchronous
-                # all_reduce, where two calls are a noticeable share of the cost.
-                op = getattr(opts, "reduceOp", opts)
-                if not getattr(opts, "asyncOp", True):
-                    for t in tensors:
-                        api.all_reduce(t, op=op, group=self)
-                    return self._completed()
+            if not _async(opts):
+                for t in tensors:
+                    api.all_reduce(t, op=op, group=self)
+                return self._completed()
             works = [api.all_reduce(t, op=op, group=self, async_op=True) for t in tensors]
             return self._work(works, list(tensors))
 

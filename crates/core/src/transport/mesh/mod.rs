@@ -89,8 +89,8 @@ impl Peer {
         self.spare.pop().unwrap_or_default()
     }
 
-    /// Keeps a consumed stash payload for reuse (a few per peer, none larger than a ring
-    /// chunk, so memory stays bounded).
+    /// Keeps a consumed stash payload for reuse (a few per peer, none very large, so memory
+    /// stays bounded).
     fn recycle(&mut self, payload: Vec<u8>) {
         if self.spare.len() < SPARE_STASH_BUFFERS && payload.capacity() <= SPARE_MAX_BYTES {
             self.spare.push(payload);
@@ -100,7 +100,8 @@ impl Peer {
 
 /// Spare stash buffers kept per peer.
 const SPARE_STASH_BUFFERS: usize = 2;
-/// The largest stash buffer kept for reuse (a large point-to-point message is not kept).
+/// The largest stash buffer kept for reuse: a collective's frame fits (the ring all_reduce's
+/// chunks are at most 16 MiB), a large point-to-point message is not kept.
 const SPARE_MAX_BYTES: usize = 16 << 20;
 
 /// The mesh transport of one group.

@@ -30,7 +30,7 @@ fn connect_pair(prefix: &str) -> [MeshTransport; 2] {
     [join(a), join(b)]
 }
 
-/// Pumps `t` until `pending` operations reported to `rx`, returning their outcomes in order.
+/// Pumps `t` until `pending` operations reported success to `rx`.
 fn drive(t: &mut MeshTransport, rx: &mpsc::Receiver<crate::Result<usize>>, pending: usize) {
     let deadline = Instant::now() + TIMEOUT;
     let mut done = 0;
