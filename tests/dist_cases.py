@@ -219,6 +219,55 @@ def case_reduce_scatter_tensor(dist: Any, rank: int, world: int, dtype: str, op:
         check(out, expected, f"reduce_scatter_tensor {layout} {op} {dtype} output shape {shape} rank {rank}", op)
 
 
+def _views(base: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
+    """Contiguous views into `base` (48 elements) that do not start at its first element or
+    do not cover it: the fast path reads their address, length and layout from torch."""
+    return [
+        ("offset slice", base[5:18]),
+        ("0-dim element", base[7]),
+        ("rows of a matrix", base.view(6, 8)[2:4]),
+        ("size-1 dims with odd strides", base[9:21].as_strided((3, 1, 4), (4, 99, 1))),
+    ]
+
+
+def case_views(dist: Any, rank: int, world: int, dtype: str) -> None:
+    """all_reduce, broadcast, all_gather_into_tensor and reduce_scatter_tensor on views into
+    a larger buffer: the view's elements are right and every element around it is untouched."""
+    dt = DTYPES[dtype]
+    for i, (what, _) in enumerate(_views(torch.zeros(48))):
+        xs = [gen("sum", dt, (48,), r, seed=i) for r in range(world)]  # exact sums
+        views = [dict(_views(x))[what] for x in xs]
+        for name in ("all_reduce", "broadcast"):
+            base = xs[rank].clone()
+            view = dict(_views(base))[what]
+            if name == "all_reduce":
+                dist.all_reduce(view)
+                want = reduce_ref(views, "SUM")
+            else:
+                dist.broadcast(view, src=world - 1)
+                want = views[world - 1]
+            check(view, want, f"{name} on a view ({what}) {dtype} rank {rank}")
+            outside = torch.ones(48, dtype=torch.bool)
+            dict(_views(outside))[what].fill_(False)
+            check(base[outside], xs[rank][outside],
+                  f"{name} on a view ({what}) {dtype} rank {rank}: elements outside the view")
+        n = views[rank].numel()
+        big = torch.zeros(world * n + 3, dtype=dt)
+        dist.all_gather_into_tensor(big[2:2 + world * n], views[rank].reshape(-1))
+        check(big[2:2 + world * n], torch.cat([v.reshape(-1) for v in views]),
+              f"all_gather_into_tensor into a view ({what}) {dtype} rank {rank}")
+        check(big[[0, 1, -1]], torch.zeros(3, dtype=dt),
+              f"all_gather_into_tensor into a view ({what}) {dtype} rank {rank}: outside it")
+        if dt != torch.bool:
+            ins = [torch.cat([v.reshape(-1)] * world) for v in views]
+            out = torch.zeros(n + 2, dtype=dt)
+            dist.reduce_scatter_tensor(out[1:1 + n], ins[rank])
+            check(out[1:1 + n], reduce_ref([v.reshape(-1) for v in views], "SUM"),
+                  f"reduce_scatter_tensor into a view ({what}) {dtype} rank {rank}")
+            check(out[[0, -1]], torch.zeros(2, dtype=dt),
+                  f"reduce_scatter_tensor into a view ({what}) {dtype} rank {rank}: outside it")
+
+
 def case_barrier(dist: Any, rank: int, world: int, directory: str, rounds: int = 3) -> None:
     """Each rank creates a file, then barrier(); after it every rank's file must exist."""
     for k in range(rounds):

@@ -120,6 +120,13 @@ def test_group_world_argument(worlds: Callable[[int], World], world: int) -> Non
     worlds(world).run("group_world_argument")
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16", "int64", "bool"])
+@pytest.mark.parametrize("world", WORLDS)
+def test_views(worlds: Callable[[int], World], world: int, dtype: str) -> None:
+    """Collectives on views that start inside a larger buffer, 0-dim and with size-1 dims."""
+    worlds(world).run("views", dtype=dtype)
+
+
 @pytest.mark.parametrize("dtype", ["complex64", "complex128"])
 @pytest.mark.parametrize("world", [2, 3])
 def test_complex(worlds: Callable[[int], World], world: int, dtype: str) -> None:

@@ -103,6 +103,19 @@ def exception_logger(fn: F) -> F:
     def log(e: Exception) -> None:
         log_failure(fn.__name__, e)
 
+    body = ("    try:\n"
+            "        return fn({call})\n"
+            "    except Exception as e:\n"
+            "        log(e)\n"
+            "        raise\n")
+    return compiled_like(fn, body, {"fn": fn, "log": log})
+
+
+def compiled_like(fn: F, body: str, namespace: dict[str, Any]) -> F:
+    """A function with ``fn``'s name, parameters and defaults (``functools.update_wrapper``'d
+    to ``fn``) whose body is ``body``, in which ``{call}`` stands for the arguments passed on
+    as ``fn`` takes them; the names the body uses come from ``namespace``. Calls bind their
+    arguments in the interpreter, keywords included, with no ``*args, **kwargs`` to pack."""
     decl: list[str] = []
     call: list[str] = []
     params = list(inspect.signature(fn).parameters.values())
@@ -124,13 +137,8 @@ def exception_logger(fn: F) -> F:
             if p.kind is p.POSITIONAL_ONLY and (
                     i + 1 == len(params) or params[i + 1].kind is not p.POSITIONAL_ONLY):
                 decl.append("/")
-    source = (f"def {fn.__name__}({', '.join(decl)}):\n"
-              f"    try:\n"
-              f"        return fn({', '.join(call)})\n"
-              f"    except Exception as e:\n"
-              f"        log(e)\n"
-              f"        raise\n")
-    namespace: dict[str, Any] = {"fn": fn, "log": log}
+    source = f"def {fn.__name__}({', '.join(decl)}):\n" + body.format(call=", ".join(call))
+    namespace = dict(namespace)
     exec(source, namespace)  # noqa: S102 - source built above from fn's parameter names
     wrapper = namespace[fn.__name__]
     wrapper.__defaults__ = fn.__defaults__

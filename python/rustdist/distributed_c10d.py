@@ -2044,14 +2044,18 @@ def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[Work]:
 def _fast_paths() -> None:
     """The hot collectives' usual calls (a plain contiguous CPU tensor, SUM, a rustdist group,
     synchronous, no DETAIL checks) skip this layer through ``_core.FastPath``, which hands
-    every other call to the functions above."""
+    every other call to the functions above. Each is reached through a function with the same
+    parameters that passes its arguments on by position: keyword arguments then cost the
+    interpreter's binding, not a dict per call."""
     if _Tensor is None:  # numpy arrays take the functions above
         return
     _core.fast_init(_Tensor, dict(_TORCH_CODES), ReduceOp.SUM, ReduceOp, sys.modules[__name__],
                     ProcessGroup, _debug, _debug.log_failure)
     names = ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor",
              "all_to_all_single", "barrier")
-    fast = {name: _core.FastPath(name, globals()[name]) for name in names}
+    fast = {name: _debug.compiled_like(globals()[name], "    return fast({call})\n",
+                                       {"fast": _core.FastPath(name, globals()[name])})
+            for name in names}
     fast["all_gather_single"] = fast["all_gather_into_tensor"]
     fast["reduce_scatter_single"] = fast["reduce_scatter_tensor"]
     globals().update(fast)

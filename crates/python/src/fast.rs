@@ -10,6 +10,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyDict, PyString, PyTuple, PyType};
 
+use crate::dlpack::DlpackReader;
 use crate::group::{ExchangeBlocks, GatherOutputs, PyProcessGroup};
 
 /// What the fast path needs from the Python side, set once by `fast_init`.
@@ -19,6 +20,9 @@ struct State {
     /// (dtype, `_core` dtype code) for the dtypes rustdist supports: dtypes are singletons,
     /// so a scan by identity costs less than hashing into a dict.
     dtype_codes: Vec<(Py<PyAny>, u8)>,
+    /// torch's DLPack exchange API, where torch has it (else tensors are read attribute by
+    /// attribute).
+    dlpack: Option<DlpackReader>,
     /// `ReduceOp.SUM`, and the ReduceOp class whose instances carry it in `.op`.
     sum: Py<PyAny>,
     op_class: Py<PyType>,
@@ -53,12 +57,14 @@ pub fn fast_init(
         .bind(py)
         .iter()
         .map(|(dtype, code)| Ok((dtype.unbind(), code.extract()?)))
-        .collect::<PyResult<_>>()?;
+        .collect::<PyResult<Vec<_>>>()?;
+    let dlpack = DlpackReader::new(tensor.bind(py), &dtype_codes);
     let _ = STATE.set(
         py,
         State {
             tensor,
             dtype_codes,
+            dlpack,
             sum,
             op_class,
             api: api.bind(py).dict().unbind(),
@@ -151,6 +157,9 @@ fn cpu_tensor(st: &State, x: &Bound<'_, PyAny>) -> PyResult<Option<(usize, usize
     let py = x.py();
     if !x.get_type().is(st.tensor.bind(py)) {
         return Ok(None);
+    }
+    if let Some(reader) = &st.dlpack {
+        return Ok(reader.cpu_buffer(x));
     }
     let dtype = x.getattr(intern!(py, "dtype"))?;
     let Some(&(_, code)) = st.dtype_codes.iter().find(|(d, _)| dtype.is(d)) else {

@@ -4,6 +4,7 @@
 use pyo3::prelude::*;
 
 mod cuda;
+mod dlpack;
 mod error;
 mod fast;
 mod group;
