@@ -187,7 +187,7 @@ type AllReduceFn = fn(&mut dyn Transport, &OpCtx, &mut [u8]) -> Result<()>;
 fn all_reduce_algos() -> Vec<(&'static str, Layout, AllReduceFn)> {
     vec![
         ("ring", Layout::Apart, |t, c, b| {
-            let chunk = algorithms::select::ring_chunk_bytes(t.size());
+            let chunk = AlgoOverrides::default().ring_chunk_bytes(t.size());
             allreduce::ring::all_reduce(t, c, b, chunk)
         }),
         ("ring/small-chunks", Layout::Apart, |t, c, b| {

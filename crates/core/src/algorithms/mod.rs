@@ -114,7 +114,7 @@ pub fn all_reduce(
     check_whole_elements(ctx, "buffer", buf.len())?;
     match algos.all_reduce(buf.len(), t.size(), t.link_kind()) {
         AllReduceAlgo::Ring => {
-            let chunk = select::ring_chunk_bytes(t.size());
+            let chunk = algos.ring_chunk_bytes(t.size());
             allreduce::ring::all_reduce(t, ctx, buf, chunk)
         }
         AllReduceAlgo::RecursiveDoubling => allreduce::recursive_doubling::all_reduce(

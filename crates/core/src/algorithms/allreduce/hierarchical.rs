@@ -3,7 +3,7 @@
 //! leaders over TCP, and a shared-memory broadcast from each leader.
 
 use crate::algorithms::common::leaders;
-use crate::algorithms::select::{ring_chunk_bytes, AlgoOverrides, AllReduceAlgo};
+use crate::algorithms::select::{AlgoOverrides, AllReduceAlgo};
 use crate::algorithms::{broadcast, reduce};
 use crate::error::Result;
 use crate::transport::members::Members;
@@ -31,7 +31,7 @@ pub fn all_reduce(
                     super::recursive_doubling::DEFAULT_MAX_SEGMENT_BYTES,
                 )?,
                 _ => {
-                    let chunk = ring_chunk_bytes(leaders.len());
+                    let chunk = algos.ring_chunk_bytes(leaders.len());
                     super::ring::all_reduce(view, ctx, buf, chunk)?
                 }
             }

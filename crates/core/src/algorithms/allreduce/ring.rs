@@ -10,7 +10,7 @@ use crate::error::Result;
 use crate::transport::{OpCtx, Transport};
 
 /// All-reduces `buf` in place with `ctx.reduce`; `max_chunk_bytes` bounds one message
-/// (`select::ring_chunk_bytes` gives the policy's bound).
+/// (`AlgoOverrides::ring_chunk_bytes` gives the policy's bound).
 pub fn all_reduce(
     t: &mut dyn Transport,
     ctx: &OpCtx,
