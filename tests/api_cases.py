@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from datetime import timedelta
 from typing import Any, Callable, Optional, Sequence
 
@@ -689,8 +690,14 @@ def _group_checks(dist: Any, rank: int, world: int, g: Any, members: list[int], 
         assert dist.get_rank(g) == -1, f"{what}: get_rank(non-member group) = {dist.get_rank(g)}"
         assert dist.get_world_size(g) == -1, f"{what}: get_world_size(non-member group) = {dist.get_world_size(g)}"
         t = torch.full((4,), 7.0)
-        assert dist.all_reduce(t, group=g) is None and torch.equal(t, torch.full((4,), 7.0)), \
-            f"{what}: all_reduce on a group this rank is not in changed {t}"
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert dist.all_reduce(t, group=g) is None and torch.equal(t, torch.full((4,), 7.0)), \
+                f"{what}: all_reduce on a group this rank is not in changed {t}"
+        where = [w.filename for w in caught if "does not belong" in str(w.message)]
+        assert where, f"{what}: no non-member warning"
+        # rustdist's warning names the caller's line (here); torch's names one of its own.
+        assert IS_TORCH or where == [__file__], f"{what}: non-member warning at {where}"
         # (Calls with a src/dst are left out: torch 2.13 maps the root to a group rank before
         # its membership check and raises ValueError there.)
         out = [torch.zeros(4) for _ in range(n)]

@@ -138,7 +138,8 @@ def compiled_like(fn: F, body: str, namespace: dict[str, Any]) -> F:
                     i + 1 == len(params) or params[i + 1].kind is not p.POSITIONAL_ONLY):
                 decl.append("/")
     source = f"def {fn.__name__}({', '.join(decl)}):\n" + body.format(call=", ".join(call))
-    namespace = dict(namespace)
+    # The module's name makes the function's frames rustdist's (warnings skip them).
+    namespace = {"__name__": fn.__module__, **namespace}
     exec(source, namespace)  # noqa: S102 - source built above from fn's parameter names
     wrapper = namespace[fn.__name__]
     wrapper.__defaults__ = fn.__defaults__

@@ -276,8 +276,17 @@ def _not_member(op: str) -> None:
     rank = -1 if default is None else default._rank
     warnings.warn(
         f"Running {op} on global rank {rank} which does not belong to the given group.",
-        stacklevel=4,  # the user's call: past this, the op and its exception_logger
+        stacklevel=_caller_level(),
     )
+
+
+def _caller_level() -> int:
+    """warnings' stacklevel, from the caller of this function's caller, of the first frame
+    outside rustdist: the user's call, past the op, its exception_logger and its fast path."""
+    level, frame = 2, sys._getframe(2)
+    while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith("rustdist"):
+        level, frame = level + 1, frame.f_back
+    return level
 
 
 def _peer(pg: ProcessGroup, rank: Optional[int], group_rank: Optional[int], op: str,
