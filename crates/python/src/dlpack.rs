@@ -34,12 +34,18 @@ struct DlDataType {
 /// `int (*)(void* py_object, DLTensor* out)`: 0, or -1 with a Python exception set.
 type FromPyObject = unsafe extern "C" fn(*mut c_void, *mut DlTensor) -> c_int;
 
-/// `DLPackExchangeAPI` (dlpack.h): a version header, then five function pointers.
+/// `DLPackExchangeAPIHeader` (dlpack.h): the part that stays the same across versions.
 #[repr(C)]
-struct ExchangeApi {
+struct ApiHeader {
     major: u32,
     minor: u32,
     prev_api: *const c_void,
+}
+
+/// `DLPackExchangeAPI` (dlpack.h), major version 1: the header, then five function pointers.
+#[repr(C)]
+struct ExchangeApi {
+    header: ApiHeader,
     managed_tensor_allocator: *const c_void,
     managed_tensor_from_py_object_no_sync: *const c_void,
     managed_tensor_to_py_object_no_sync: *const c_void,
@@ -64,14 +70,14 @@ impl DlpackReader {
     pub fn new(tensor: &Bound<'_, PyType>, dtype_codes: &[(Py<PyAny>, u8)]) -> Option<Self> {
         let capsule = tensor.getattr("__dlpack_c_exchange_api__").ok()?;
         let capsule = capsule.cast::<PyCapsule>().ok()?;
-        let api = capsule.pointer_checked(Some(CAPSULE_NAME)).ok()?;
+        let api = capsule.pointer_checked(Some(CAPSULE_NAME)).ok()?.as_ptr();
         // SAFETY: a capsule of this name holds a `DLPackExchangeAPI*` that lives as long as
-        // the process (dlpack.h); only the stable header is read before the major version
-        // says that the rest has this layout.
-        let api = unsafe { &*api.as_ptr().cast::<ExchangeApi>() };
-        if api.major != 1 {
+        // the process (dlpack.h), and every version of it starts with this header.
+        if unsafe { &*api.cast::<ApiHeader>() }.major != 1 {
             return None;
         }
+        // SAFETY: as above; major version 1 has this layout.
+        let api = unsafe { &*api.cast::<ExchangeApi>() };
         let mut reader = DlpackReader {
             read: api.dltensor_from_py_object_no_sync?,
             dtypes: Vec::new(),
