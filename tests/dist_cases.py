@@ -307,6 +307,21 @@ def case_complex(dist: Any, rank: int, world: int, dtype: str) -> None:
         out = torch.zeros(world * shape[0], dtype=dt)
         dist.all_gather_into_tensor(out, xs[rank])
         check(out, torch.cat(xs), f"all_gather_into_tensor {dtype} shape {shape}")
+    # A conjugate view's memory holds the unconjugated values: raised on, as torch does.
+    t = torch.complex(torch.ones(3, dtype=real), torch.ones(3, dtype=real))
+    out = torch.zeros(3 * world, dtype=dt)
+    for what, call in [("all_reduce", lambda: dist.all_reduce(t.conj())),
+                       ("broadcast", lambda: dist.broadcast(t.conj(), src=0)),
+                       ("all_gather_into_tensor input",
+                        lambda: dist.all_gather_into_tensor(out, t.conj())),
+                       ("all_gather_into_tensor output",
+                        lambda: dist.all_gather_into_tensor(out.conj(), t))]:
+        expect_raises(RuntimeError, "conjugat", call, f"{what} on a conjugate view ({dtype})")
+    resolved = t.conj().resolve_conj()  # the way out that the message names
+    dist.all_reduce(resolved)
+    check(resolved, torch.complex(torch.full((3,), world, dtype=real),
+                                  torch.full((3,), -world, dtype=real)),
+          f"all_reduce of a resolved conjugate ({dtype})")
 
 
 def case_torch_reduce_op(dist: Any, rank: int, world: int) -> None:

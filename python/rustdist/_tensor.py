@@ -37,13 +37,26 @@ class OnCuda(RuntimeError):
     (rustdist.cuda), and where there is none the message says so."""
 
 
+def torch_code(x: Any, name: str) -> int:
+    """The dtype code of torch tensor ``x``. Raises for an unsupported dtype and for a
+    conjugate view, whose memory holds the unconjugated values: torch.distributed raises for
+    it too (through ``view_as_real``)."""
+    code = _TORCH_CODES.get(x.dtype)
+    if code is None:
+        raise RuntimeError(f"Invalid scalar type: rustdist does not support {x.dtype}")
+    if code in COMPLEX_CODES and x.is_conj():
+        raise RuntimeError(f"`{name}` is a conjugate view (its conjugate bit is set); resolve "
+                           f"it first with .resolve_conj(), which returns a copy, not a view")
+    return code
+
+
 def buffer(x: Any, name: str, out: bool = False) -> Buf:
     """The buffer of ``x``, a contiguous CPU tensor or array of a supported dtype; ``out``
     when the op writes into it. Raises what torch raises otherwise, naming ``name``, and
     :class:`OnCuda` for a CUDA tensor."""
-    if x.__class__ is _Tensor:  # the hot path: a plain tensor
+    if x.__class__ is _Tensor:  # the hot path: a plain real tensor
         code = _TORCH_CODES.get(x.dtype)
-        if code is not None and x.is_cpu and x.is_contiguous():
+        if code is not None and code not in COMPLEX_CODES and x.is_cpu and x.is_contiguous():
             return x.data_ptr(), x.numel(), code
     if _Tensor is not None and isinstance(x, _Tensor):
         if not x.is_cpu:
@@ -53,9 +66,7 @@ def buffer(x: Any, name: str, out: bool = False) -> Buf:
             raise RuntimeError(f"rustdist only supports CPU tensors, `{name}` is on {x.device}")
         if x.layout is not _STRIDED:
             raise RuntimeError(f"rustdist only supports dense tensors, `{name}` is {x.layout}")
-        code = _TORCH_CODES.get(x.dtype)
-        if code is None:
-            raise RuntimeError(f"Invalid scalar type: rustdist does not support {x.dtype}")
+        code = torch_code(x, name)
         if not x.is_contiguous():
             raise RuntimeError(f"`{name}` has to be contiguous")
         return x.data_ptr(), x.numel(), code

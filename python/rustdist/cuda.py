@@ -25,7 +25,7 @@ from datetime import timedelta
 from typing import Any, Optional, Sequence, Union
 
 from . import _core
-from ._tensor import _TORCH_CODES, ITEMSIZE
+from ._tensor import ITEMSIZE, torch_code
 from .distributed_c10d import Work, _seconds
 
 #: Sub-folders of torch's ``nvidia`` wheel package that hold libnccl and libcudart (CUDA 13
@@ -119,9 +119,7 @@ def _buffer(x: Any, name: str) -> tuple[int, int, int, int]:
         )
     if not is_cuda:
         raise RuntimeError(f"`{name}` must be a CUDA tensor, it is on {x.device}")
-    code = _TORCH_CODES.get(x.dtype)
-    if code is None:
-        raise RuntimeError(f"Invalid scalar type: rustdist does not support {x.dtype}")
+    code = torch_code(x, name)
     if not x.is_contiguous():
         raise RuntimeError(f"`{name}` has to be contiguous")
     return x.data_ptr(), x.numel(), code, x.device.index

@@ -2058,7 +2058,10 @@ def _fast_paths() -> None:
     interpreter's binding, not a dict per call."""
     if _Tensor is None:  # numpy arrays take the functions above
         return
-    _core.fast_init(_Tensor, dict(_TORCH_CODES), ReduceOp.SUM, ReduceOp, sys.modules[__name__],
+    # Complex tensors take the Python path, which checks their conjugate bit.
+    real_codes = {dtype: code for dtype, code in _TORCH_CODES.items()
+                  if code not in COMPLEX_CODES}
+    _core.fast_init(_Tensor, real_codes, ReduceOp.SUM, ReduceOp, sys.modules[__name__],
                     ProcessGroup, _debug, _debug.log_failure)
     names = ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor",
              "all_to_all_single", "barrier")
