@@ -268,6 +268,53 @@ def case_views(dist: Any, rank: int, world: int, dtype: str) -> None:
                   f"reduce_scatter_tensor into a view ({what}) {dtype} rank {rank}: outside it")
 
 
+def case_aliased(dist: Any, rank: int, world: int) -> None:
+    """Outputs that share memory with inputs give what separate buffers give: all_to_all_single
+    in place (even and uneven splits, block lengths on both sides of the shared-memory slot and
+    past the 4 MiB own-block copy), into a view that overlaps the input by half a block,
+    all_to_all with one list as both, and gather and scatter whose root list holds the root's
+    own tensor."""
+
+    def block(src: int, dst: int, n: int) -> torch.Tensor:
+        return torch.arange(n, dtype=torch.int64) + src * 10**9 + dst * 10**6
+
+    for n in (1, 7, 5000, 1_100_000):
+        t = torch.cat([block(rank, q, n) for q in range(world)])
+        dist.all_to_all_single(t, t)
+        check(t, torch.cat([block(q, rank, n) for q in range(world)]),
+              f"all_to_all_single(t, t), {n} per block, rank {rank}")
+        # Output starts half a block into the input: every output block but the last
+        # overwrites input that is still to be sent.
+        buf = torch.zeros((world + 1) * n, dtype=torch.int64)
+        buf[:world * n] = torch.cat([block(rank, q, n) for q in range(world)])
+        dist.all_to_all_single(buf[n // 2:n // 2 + world * n], buf[:world * n])
+        check(buf[n // 2:n // 2 + world * n], torch.cat([block(q, rank, n) for q in range(world)]),
+              f"all_to_all_single into an overlapping view, {n} per block, rank {rank}")
+    # Symmetric uneven splits: rank r and q exchange r + q + 1 elements each way.
+    splits = [rank + q + 1 for q in range(world)]
+    t = torch.cat([block(rank, q, splits[q]) for q in range(world)])
+    dist.all_to_all_single(t, t, output_split_sizes=splits, input_split_sizes=splits)
+    check(t, torch.cat([block(q, rank, splits[q]) for q in range(world)]),
+          f"all_to_all_single(t, t) with uneven splits, rank {rank}")
+    blocks = [block(rank, q, 3 + rank + q) for q in range(world)]
+    dist.all_to_all(blocks, blocks)
+    for q, b in enumerate(blocks):
+        check(b, block(q, rank, 3 + rank + q), f"all_to_all(xs, xs): block from {q}, rank {rank}")
+    root = world - 1
+    t = block(rank, rank, 9)
+    xs = [torch.zeros(9, dtype=torch.int64) for _ in range(world)] if rank == root else None
+    if xs is not None:
+        xs[root] = t
+    dist.gather(t, xs, dst=root)
+    if xs is not None:
+        for q, x in enumerate(xs):
+            check(x, block(q, q, 9), f"gather into a list holding the root's input: from {q}")
+    xs = [block(root, q, 9) for q in range(world)] if rank == root else None
+    t = xs[root] if xs is not None else torch.zeros(9, dtype=torch.int64)
+    dist.scatter(t, xs, src=root)
+    check(t, block(root, rank, 9), f"scatter from a list holding the root's output, rank {rank}")
+
+
 def case_barrier(dist: Any, rank: int, world: int, directory: str, rounds: int = 3) -> None:
     """Each rank creates a file, then barrier(); after it every rank's file must exist."""
     for k in range(rounds):

@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::reduce;
 use crate::spin::Spin;
 use crate::store::Store;
-use crate::tensor::{RawBuf, Tensor};
+use crate::tensor::{any_overlap, RawBuf, Tensor};
 use crate::transport::mesh::MeshTransport;
 use crate::transport::{LinkKind, OpCtx, P2pDone, Signature, Transport};
 use crate::types::{CollectiveKind, DType, ReduceOp};
@@ -596,6 +596,10 @@ impl ProcessGroup {
                 by_peer(&blocks.recvs, "receive")?,
             ),
         };
+        // Inputs that share memory with outputs (all_to_all_single(t, t), a gather into the
+        // root's own input) are read from a copy, else the exchange overwrites blocks before
+        // sending them. An all_gather's input may be its own output block (copied below).
+        let stage_sends = kind != CollectiveKind::AllGather && any_overlap(&sends, &recvs);
         let sig = Signature {
             kind,
             dtype,
@@ -604,10 +608,31 @@ impl ProcessGroup {
         };
         self.start(mode, kind.name(), move |eng| {
             eng.collective(sig, ReduceOp::Sum, |tr, ctx, algos| {
-                // SAFETY: the caller keeps every block alive and untouched until completion;
-                // a block never appears twice (checked above), except an all_gather's input,
-                // which is only read.
-                let ins: Vec<&[u8]> = sends.iter().map(|b| unsafe { b.as_slice() }).collect();
+                let staged = stage_sends.then(|| {
+                    let mut copy = Vec::with_capacity(sends.iter().map(RawBuf::len).sum());
+                    for b in &sends {
+                        // SAFETY: the caller keeps every block alive and untouched until
+                        // completion; no output slice exists yet.
+                        copy.extend_from_slice(unsafe { b.as_slice() });
+                    }
+                    copy
+                });
+                let ins: Vec<&[u8]> = match &staged {
+                    Some(copy) => {
+                        let mut rest = copy.as_slice();
+                        sends
+                            .iter()
+                            .map(|b| {
+                                let (block, tail) = rest.split_at(b.len());
+                                rest = tail;
+                                block
+                            })
+                            .collect()
+                    }
+                    // SAFETY: as above; the inputs share no byte with the outputs (checked
+                    // above), except an all_gather's, which is only read.
+                    None => sends.iter().map(|b| unsafe { b.as_slice() }).collect(),
+                };
                 // SAFETY: as above; output blocks are distinct from each other.
                 let mut outs: Vec<&mut [u8]> =
                     recvs.iter().map(|b| unsafe { b.as_mut_slice() }).collect();

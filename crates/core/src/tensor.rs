@@ -58,6 +58,33 @@ impl RawBuf {
     }
 }
 
+/// Whether a byte of any of `reads` is also in one of `writes` (empty buffers share nothing).
+pub fn any_overlap(reads: &[RawBuf], writes: &[RawBuf]) -> bool {
+    let mut spans: Vec<(usize, usize, bool)> = reads
+        .iter()
+        .map(|b| (b, true))
+        .chain(writes.iter().map(|b| (b, false)))
+        .filter(|(b, _)| b.len > 0)
+        .map(|(b, is_read)| (b.ptr as usize, b.ptr as usize + b.len, is_read))
+        .collect();
+    spans.sort_unstable_by_key(|&(start, _, _)| start);
+    // In start order, a span overlaps an earlier one of the other kind iff it starts before
+    // the furthest end among them.
+    let (mut read_end, mut write_end) = (0, 0);
+    for (start, end, is_read) in spans {
+        let (other_end, own_end) = if is_read {
+            (write_end, &mut read_end)
+        } else {
+            (read_end, &mut write_end)
+        };
+        if start < other_end {
+            return true;
+        }
+        *own_end = end.max(*own_end);
+    }
+    false
+}
+
 /// A typed view: a contiguous buffer of `numel` elements of `dtype`.
 #[derive(Debug, Clone, Copy)]
 pub struct Tensor {
@@ -77,5 +104,44 @@ impl Tensor {
 
     pub fn nbytes(&self) -> usize {
         self.buf.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overlap_is_found_between_reads_and_writes_only() {
+        let mut mem = [0u8; 64];
+        let base = mem.as_mut_ptr();
+        // SAFETY: every view lies inside `mem`, and none is read or written.
+        let at = |off: usize, len: usize| unsafe { RawBuf::new(base.add(off), len) };
+        let (reads, writes) = ([at(0, 16), at(16, 16)], [at(32, 16), at(48, 16)]);
+        assert!(!any_overlap(&reads, &writes));
+        assert!(!any_overlap(&writes, &reads));
+        assert!(
+            !any_overlap(&[at(0, 16), at(8, 16)], &[at(24, 8)]),
+            "reads may overlap reads"
+        );
+        assert!(
+            any_overlap(&reads, &[at(31, 2)]),
+            "one shared byte at the end of a read"
+        );
+        assert!(
+            any_overlap(&[at(40, 4)], &[at(32, 16)]),
+            "a read inside a write"
+        );
+        assert!(
+            any_overlap(&[at(0, 64)], &[at(60, 1)]),
+            "a write inside a read"
+        );
+        // A short write after a long one: the furthest end counts, not the last.
+        assert!(any_overlap(&[at(0, 4), at(30, 2)], &[at(8, 40), at(10, 2)]));
+        assert!(
+            !any_overlap(&[at(8, 0)], &[at(0, 64)]),
+            "an empty read shares nothing"
+        );
+        assert!(any_overlap(&[at(0, 8)], &[at(0, 8)]), "the same block");
     }
 }
