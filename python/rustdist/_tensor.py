@@ -30,6 +30,9 @@ if torch is not None:
     _Tensor = torch.Tensor
     _TORCH_CODES = {getattr(torch, n): c for c, n in enumerate(_NAMES)}
     _STRIDED = torch.strided
+#: The dtypes that take the short paths; complex tensors take the checked one (conjugate bit).
+REAL_TORCH_CODES = {dtype: code for dtype, code in _TORCH_CODES.items()
+                    if code not in COMPLEX_CODES}
 
 
 class OnCuda(RuntimeError):
@@ -55,8 +58,8 @@ def buffer(x: Any, name: str, out: bool = False) -> Buf:
     when the op writes into it. Raises what torch raises otherwise, naming ``name``, and
     :class:`OnCuda` for a CUDA tensor."""
     if x.__class__ is _Tensor:  # the hot path: a plain real tensor
-        code = _TORCH_CODES.get(x.dtype)
-        if code is not None and code not in COMPLEX_CODES and x.is_cpu and x.is_contiguous():
+        code = REAL_TORCH_CODES.get(x.dtype)
+        if code is not None and x.is_cpu and x.is_contiguous():
             return x.data_ptr(), x.numel(), code
     if _Tensor is not None and isinstance(x, _Tensor):
         if not x.is_cpu:

@@ -20,7 +20,9 @@ from . import _core, _debug
 from ._debug import exception_logger, logger
 from ._errors import DistNetworkError, DistStoreError
 from ._reduce_op import ReduceOp, op_args, supports_complex
-from ._tensor import _TORCH_CODES, COMPLEX_CODES, ITEMSIZE, OnCuda, _Tensor, buffer, concat
+from ._tensor import (
+    _TORCH_CODES, COMPLEX_CODES, ITEMSIZE, REAL_TORCH_CODES, OnCuda, _Tensor, buffer, concat,
+)
 
 from ._torch_backend import GroupBase, _not_traced
 
@@ -2058,10 +2060,7 @@ def _fast_paths() -> None:
     interpreter's binding, not a dict per call."""
     if _Tensor is None:  # numpy arrays take the functions above
         return
-    # Complex tensors take the Python path, which checks their conjugate bit.
-    real_codes = {dtype: code for dtype, code in _TORCH_CODES.items()
-                  if code not in COMPLEX_CODES}
-    _core.fast_init(_Tensor, real_codes, ReduceOp.SUM, ReduceOp, sys.modules[__name__],
+    _core.fast_init(_Tensor, dict(REAL_TORCH_CODES), ReduceOp.SUM, ReduceOp, sys.modules[__name__],
                     ProcessGroup, _debug, _debug.log_failure)
     names = ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor",
              "all_to_all_single", "barrier")

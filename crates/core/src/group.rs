@@ -305,6 +305,15 @@ impl Reduction {
     }
 }
 
+/// Mutable slices of `bufs`.
+///
+/// # Safety
+/// As for [`RawBuf::as_mut_slice`], for every buffer, and no two of them overlap.
+unsafe fn mut_slices<'a>(bufs: &[RawBuf]) -> Vec<&'a mut [u8]> {
+    // SAFETY: forwarded to the caller.
+    bufs.iter().map(|b| unsafe { b.as_mut_slice() }).collect()
+}
+
 /// The blocks of a gather, scatter, all_to_all or all_gather of blocks of different sizes,
 /// by peer: `sends[q]` goes to rank q, `recvs[q]` comes from rank q.
 pub struct Blocks {
@@ -598,7 +607,7 @@ impl ProcessGroup {
         };
         // Inputs that share memory with outputs (all_to_all_single(t, t), a gather into the
         // root's own input) are read from a copy, else the exchange overwrites blocks before
-        // sending them. An all_gather's input may be its own output block (copied below).
+        // sending them. An all_gather's input may be its own output block (copied first).
         let stage_sends = kind != CollectiveKind::AllGather && any_overlap(&sends, &recvs);
         let sig = Signature {
             kind,
@@ -608,34 +617,36 @@ impl ProcessGroup {
         };
         self.start(mode, kind.name(), move |eng| {
             eng.collective(sig, ReduceOp::Sum, |tr, ctx, algos| {
-                let staged = stage_sends.then(|| {
-                    let mut copy = Vec::with_capacity(sends.iter().map(RawBuf::len).sum());
-                    for b in &sends {
-                        // SAFETY: the caller keeps every block alive and untouched until
-                        // completion; no output slice exists yet.
-                        copy.extend_from_slice(unsafe { b.as_slice() });
-                    }
-                    copy
+                if kind == CollectiveKind::AllGather {
+                    // SAFETY: the caller keeps every block alive and untouched until
+                    // completion; lengths checked equal; no slice of either exists, and
+                    // ptr::copy allows the input to be the output block itself.
+                    unsafe {
+                        std::ptr::copy(
+                            sends[rank].as_mut_ptr(),
+                            recvs[rank].as_mut_ptr(),
+                            recvs[rank].len(),
+                        )
+                    };
+                    // SAFETY: as above; output blocks are distinct from each other.
+                    let mut outs = unsafe { mut_slices(&recvs) };
+                    return algorithms::all_gather(tr, ctx, &mut outs, algos);
+                }
+                // SAFETY: as above; no output slice exists yet.
+                let staged: Option<Vec<Vec<u8>>> = stage_sends.then(|| {
+                    sends
+                        .iter()
+                        .map(|b| unsafe { b.as_slice() }.to_vec())
+                        .collect()
                 });
                 let ins: Vec<&[u8]> = match &staged {
-                    Some(copy) => {
-                        let mut rest = copy.as_slice();
-                        sends
-                            .iter()
-                            .map(|b| {
-                                let (block, tail) = rest.split_at(b.len());
-                                rest = tail;
-                                block
-                            })
-                            .collect()
-                    }
+                    Some(copies) => copies.iter().map(Vec::as_slice).collect(),
                     // SAFETY: as above; the inputs share no byte with the outputs (checked
-                    // above), except an all_gather's, which is only read.
+                    // above).
                     None => sends.iter().map(|b| unsafe { b.as_slice() }).collect(),
                 };
                 // SAFETY: as above; output blocks are distinct from each other.
-                let mut outs: Vec<&mut [u8]> =
-                    recvs.iter().map(|b| unsafe { b.as_mut_slice() }).collect();
+                let mut outs = unsafe { mut_slices(&recvs) };
                 match kind {
                     CollectiveKind::Gather => {
                         let input = ins.first().copied().unwrap_or(&[]);
@@ -645,18 +656,6 @@ impl ProcessGroup {
                         let mut empty: [u8; 0] = [];
                         let output = outs.first_mut().map_or(&mut empty[..], |o| &mut **o);
                         algorithms::scatter(tr, ctx, &ins, output, root, algos)
-                    }
-                    CollectiveKind::AllGather => {
-                        // SAFETY: lengths checked equal; ptr::copy allows the input to be
-                        // the output block itself.
-                        unsafe {
-                            std::ptr::copy(
-                                ins[rank].as_ptr(),
-                                outs[rank].as_mut_ptr(),
-                                ins[rank].len(),
-                            )
-                        };
-                        algorithms::all_gather(tr, ctx, &mut outs, algos)
                     }
                     _ => algorithms::all_to_all(tr, ctx, &ins, &mut outs, algos),
                 }
@@ -746,21 +745,18 @@ impl ProcessGroup {
         let rank = self.rank;
         self.start(mode, "all_gather", move |eng| {
             eng.collective(sig, ReduceOp::Sum, |tr, ctx, algos| {
-                let own = outputs[rank];
                 // SAFETY: both views are alive until the Work completes; ptr::copy allows the
                 // input to be (part of) the output, as all_gather_into_tensor in place does.
                 unsafe {
                     std::ptr::copy(
-                        input.buf.as_slice().as_ptr(),
-                        own.as_mut_slice().as_mut_ptr(),
+                        input.buf.as_mut_ptr(),
+                        outputs[rank].as_mut_ptr(),
                         input.nbytes(),
                     )
                 };
-                // SAFETY: the caller keeps every output alive and untouched until completion.
-                let mut blocks: Vec<&mut [u8]> = outputs
-                    .iter()
-                    .map(|o| unsafe { o.as_mut_slice() })
-                    .collect();
+                // SAFETY: the caller keeps every output alive and untouched until completion;
+                // output blocks are distinct from each other.
+                let mut blocks = unsafe { mut_slices(&outputs) };
                 algorithms::all_gather(tr, ctx, &mut blocks, algos)
             })?;
             Ok(None)

@@ -33,6 +33,11 @@ impl RawBuf {
         self.len
     }
 
+    /// The first byte, for copies that may overlap (`std::ptr::copy`).
+    pub fn as_mut_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
