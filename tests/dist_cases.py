@@ -37,10 +37,10 @@ DTYPES: dict[str, torch.dtype] = {
 }
 FLOAT_DTYPES = ["float32", "float64", "float16", "bfloat16"]
 #: Shapes of the tensors every collective case runs through: empty, one element, sizes that
-#: do not divide by any world size > 1, a 2-D shape, both sides of the 48 bytes that travel
-#: inline with a shared-memory flag (12 and 13 float32), and one element past a 1 MiB
+#: do not divide by any world size > 1, a 2-D shape, both sides of the 112 bytes that travel
+#: inline with a shared-memory flag (28 and 29 float32), and one element past a 1 MiB
 #: shared-memory slot in float32 (it takes two slot rounds; large enough for ring algorithms).
-SHAPES: list[tuple[int, ...]] = [(0,), (1,), (7,), (12,), (13,), (1001,), (2, 3), (262_145,)]
+SHAPES: list[tuple[int, ...]] = [(0,), (1,), (7,), (28,), (29,), (1001,), (2, 3), (262_145,)]
 #: Per-rank output shapes of reduce_scatter_tensor (inputs are world times larger).
 RS_SHAPES: list[tuple[int, ...]] = [(0,), (1,), (7,), (1001,), (2, 3), (75_001,)]
 

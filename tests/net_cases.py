@@ -67,7 +67,8 @@ def case_where(dist: Any, rank: int, world: int) -> dict[str, Any]:
 def case_init_with_env(dist: Any, rank: int, world: int, env: dict[str, Optional[str]],
                        init_method: str = "env://", pg_timeout: float = 20.0) -> dict[str, Any]:
     """init_process_group with `env` set, an all_reduce, and destroy. Returns what happened:
-    ``ok`` with the peer connections' local addresses, or the exception's type and text."""
+    ``ok`` with the peer connections' local addresses and the group's TCP link model
+    (latency in seconds, bytes per second), or the exception's type and text."""
     with environ(env):
         try:
             dist.init_process_group("rustdist", init_method=init_method, rank=rank,
@@ -77,9 +78,10 @@ def case_init_with_env(dist: Any, rank: int, world: int, env: dict[str, Optional
                     "trace": traceback.format_exc()}
         try:
             ips = peer_connection_ips()
+            link_model = dist.group.WORLD._pg.link_model
             t = torch.full((4,), float(rank + 1))
             dist.all_reduce(t)
             assert t.tolist() == [float(world * (world + 1) // 2)] * 4, t
         finally:
             dist.destroy_process_group()
-    return {"ok": True, "peer_ips": ips}
+    return {"ok": True, "peer_ips": ips, "link_model": link_model}

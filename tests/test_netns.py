@@ -228,6 +228,25 @@ def test_socket_ifname_picks_the_interface(nic_world: World, env: dict[str, str]
 
 
 @rustdist_only
+def test_link_bandwidth_is_measured_between_hosts(nic_world: World) -> None:
+    """A 200 Mbit/s link is timed at connect (every rank agrees, within the shaper's and the
+    VM's slack); RUSTDIST_LINK_BANDWIDTH wins over the measurement."""
+    unset: dict[str, Optional[str]] = {v: None for v in VARS}
+    nic_world.hosts.shape(rate="200mbit", nic=0)
+    try:
+        shaped = nic_world.run("net_cases:init_with_env", env=unset)
+        configured = nic_world.run("net_cases:init_with_env",
+                                   env={**unset, "RUSTDIST_LINK_BANDWIDTH": "10gbit"})
+    finally:
+        nic_world.hosts.shape(nic=0)
+    assert all(r["ok"] for r in shaped + configured), shaped + configured
+    rates = [r["link_model"][1] for r in shaped]
+    assert rates[0] == rates[1], rates
+    assert 0.5 * 25e6 <= rates[0] <= 1.2 * 25e6, rates
+    assert [r["link_model"][1] for r in configured] == [1_250_000_000] * 2, configured
+
+
+@rustdist_only
 @pytest.mark.parametrize("var", VARS)
 def test_socket_ifname_without_match_names_the_interfaces(nic_world: World, var: str) -> None:
     """No interface matches: every rank raises ValueError naming the variable and listing the

@@ -146,6 +146,11 @@ class ProcessGroup:
     @property
     def link(self) -> str:
         """How the ranks reach each other: "shm", "tcp" or "hierarchical"."""
+    @property
+    def link_model(self) -> tuple[float, int]:
+        """The TCP link model algorithm selection uses: (one-way latency in seconds, bytes
+        per second), from RUSTDIST_LINK_LATENCY_US / RUSTDIST_LINK_BANDWIDTH, else measured
+        between hosts at connect, else the reference loopback's."""
     # Every collective runs asynchronously and returns a Work, or with `sync=True` returns
     # None once done (on the calling thread when the group is idle).
     def all_reduce(

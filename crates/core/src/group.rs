@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::algorithms::{self, AlgoOverrides, LinkModel};
+use crate::algorithms::{self, AlgoOverrides, LinkModel, Measured};
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
 use crate::reduce;
@@ -240,6 +240,7 @@ pub struct ProcessGroup {
     name: String,
     timeout: Duration,
     link: LinkKind,
+    link_model: LinkModel,
     shared: Arc<Shared>,
     worker: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
@@ -335,8 +336,8 @@ impl ProcessGroup {
                 "rank {rank} is out of range for a group of size {size}"
             )));
         }
-        // Read (and checked) before connecting; the measured latency joins the model after.
-        let mut algos = AlgoOverrides::from_env(None)?;
+        // Read (and checked) before connecting; what connecting measured joins the model after.
+        let mut algos = AlgoOverrides::from_env(Measured::default())?;
         // RUSTDIST_SHM=0 keeps peers on one host on TCP (every rank must agree).
         let shared_memory = std::env::var("RUSTDIST_SHM").map_or(true, |v| v != "0");
         let cancel = Arc::new(Cancel::default());
@@ -350,8 +351,11 @@ impl ProcessGroup {
             shared_memory,
             cancel.clone(),
         )?;
-        algos.tcp = LinkModel::from_env(transport.latency())?;
-        let link = transport.link_kind();
+        algos.tcp = LinkModel::from_env(Measured {
+            latency: transport.latency(),
+            bandwidth: transport.bandwidth(),
+        })?;
+        let (link, link_model) = (transport.link_kind(), algos.tcp);
         let shared = Arc::new(Shared {
             engine: Mutex::new(Engine {
                 transport: Box::new(transport),
@@ -377,6 +381,7 @@ impl ProcessGroup {
             name: name.to_string(),
             timeout,
             link,
+            link_model,
             shared,
             worker: Mutex::new(Some(worker)),
         })
@@ -401,6 +406,11 @@ impl ProcessGroup {
     /// How the group's ranks reach each other (what selection chooses algorithms for).
     pub fn link(&self) -> LinkKind {
         self.link
+    }
+
+    /// The TCP link model selection uses: settings, else what connecting measured.
+    pub fn link_model(&self) -> LinkModel {
+        self.link_model
     }
 
     /// Queues `job` (operation `what`) with a new Work for it to complete; an aborted group

@@ -9,6 +9,7 @@ use rustdist_core::algorithms::{self, allgather, allreduce, alltoall, barrier, b
 use rustdist_core::algorithms::{gather, reduce, reduce_scatter, scatter, AlgoOverrides};
 use rustdist_core::reduce::{check_supported, reduce_into};
 use rustdist_core::transport::local::{mesh, mesh_on_hosts, LocalTransport};
+use rustdist_core::transport::workspace::{INLINE_BYTES, SLOT_BYTES};
 use rustdist_core::transport::{OpCtx, Signature, Transport};
 use rustdist_core::{CollectiveKind, DType, Error, ReduceOp, Result};
 
@@ -238,10 +239,18 @@ fn supported_ops(dtype: DType) -> Vec<ReduceOp> {
         .collect()
 }
 
-/// Lengths around the workspace's thresholds: what fits in a flag's cache line (48 bytes)
-/// and what spans several slots (1 MiB), for elements of `es` bytes.
+/// Lengths around the workspace's thresholds, for elements of `es` bytes: what fits in a
+/// flag entry ([`INLINE_BYTES`], less all_gather's 8-byte length header) and what spans
+/// several slots ([`SLOT_BYTES`]).
 fn threshold_lengths(es: usize) -> Vec<usize> {
-    vec![40 / es, 48 / es, 48 / es + 1, (1 << 20) / es + 3]
+    let header = INLINE_BYTES - 8;
+    vec![
+        header / es,
+        header / es + 1,
+        INLINE_BYTES / es,
+        INLINE_BYTES / es + 1,
+        SLOT_BYTES / es + 3,
+    ]
 }
 
 #[test]

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pyo3::prelude::*;
-use rustdist_core::algorithms::{select, AlgoOverrides};
+use rustdist_core::algorithms::{select, AlgoOverrides, Measured};
 use rustdist_core::group::{Blocks, Reduction, Run};
 use rustdist_core::tensor::{RawBuf, Tensor};
 use rustdist_core::work::Keepalive;
@@ -113,6 +113,15 @@ impl PyProcessGroup {
     #[getter]
     fn link(&self) -> &'static str {
         self.pg.link().name()
+    }
+
+    /// The TCP link model algorithm selection uses, (one-way latency in seconds, bytes per
+    /// second): RUSTDIST_LINK_LATENCY_US / RUSTDIST_LINK_BANDWIDTH, else what connecting
+    /// measured between hosts, else the reference loopback's.
+    #[getter]
+    fn link_model(&self) -> (f64, u64) {
+        let model = self.pg.link_model();
+        (model.latency.as_secs_f64(), model.bandwidth)
     }
 
     #[pyo3(signature = (ptr, numel, dtype, op, keep, premul = None, sync = false))]
@@ -331,7 +340,7 @@ type Choice = (&'static str, &'static str, usize, usize, &'static str);
 /// `RUSTDIST_ALGO` applied.
 #[pyfunction]
 pub fn selection_table(worlds: Vec<usize>, sizes: Vec<usize>) -> CoreResult<Vec<Choice>> {
-    let overrides = AlgoOverrides::from_env(None)?;
+    let overrides = AlgoOverrides::from_env(Measured::default())?;
     Ok(select::table(&overrides, &worlds, &sizes)
         .into_iter()
         .map(|c| (c.collective, c.link.name(), c.world, c.bytes, c.algorithm))

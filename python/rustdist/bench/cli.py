@@ -108,10 +108,9 @@ def _world_hosts(args: argparse.Namespace, world: int) -> Iterator[tuple[str, La
         def launch(commands: Sequence[Sequence[str]], envs: Sequence[Mapping[str, str]]
                    ) -> list[subprocess.Popen[Any]]:
             # gloo and rustdist both listen on the host's eth0 (gloo would take the address
-            # the hostname resolves to: loopback); rustdist's selection is told the rate.
-            return [hosts.popen(r, list(cmd), stdin=subprocess.DEVNULL, env={
-                        **env, "GLOO_SOCKET_IFNAME": "eth0",
-                        "RUSTDIST_LINK_BANDWIDTH": env.get("RUSTDIST_LINK_BANDWIDTH", args.link)})
+            # the hostname resolves to: loopback); rustdist measures the rate at connect.
+            return [hosts.popen(r, list(cmd), stdin=subprocess.DEVNULL,
+                                env={**env, "GLOO_SOCKET_IFNAME": "eth0"})
                     for r, (cmd, env) in enumerate(zip(commands, envs))]
 
         yield hosts.addr(0), launch

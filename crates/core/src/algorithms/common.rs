@@ -114,7 +114,7 @@ pub(crate) fn shared<'a>(
 }
 
 /// Publishes `data` (at most a slot) as this rank's contribution to the next step: in the
-/// flag's cache line when it fits, else in the slot.
+/// flag entry when it fits, else in the slot.
 pub(crate) fn publish_data(ws: &mut dyn SharedMemory, ctx: &OpCtx, data: &[u8]) -> Result<()> {
     if data.len() <= INLINE_BYTES {
         ws.prepare_flag(ctx)?;

@@ -59,7 +59,7 @@ pub mod monitored_barrier {
     pub mod linear;
 }
 
-pub use select::{AlgoOverrides, LinkModel};
+pub use select::{AlgoOverrides, LinkModel, Measured};
 use select::{
     AllGatherAlgo, AllReduceAlgo, AllToAllAlgo, BarrierAlgo, BroadcastAlgo, GatherAlgo, ReduceAlgo,
     ReduceScatterAlgo, ScatterAlgo,

@@ -22,8 +22,8 @@ use crate::transport::LinkKind;
 
 /// The environment variable holding the overrides.
 pub const ENV_VAR: &str = "RUSTDIST_ALGO";
-/// The environment variables that configure the TCP link model (else: measured latency, the
-/// reference bandwidth).
+/// The environment variables that configure the TCP link model (else: what connecting
+/// measured, see [`Measured`]).
 pub const LATENCY_ENV: &str = "RUSTDIST_LINK_LATENCY_US";
 pub const BANDWIDTH_ENV: &str = "RUSTDIST_LINK_BANDWIDTH";
 
@@ -34,6 +34,16 @@ pub struct LinkModel {
     pub latency: Duration,
     /// Bytes per second one connection moves.
     pub bandwidth: u64,
+}
+
+/// What connecting measured of a group's TCP links, the same on every rank (None: not
+/// measured, e.g. no link joins two hosts).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Measured {
+    /// Half the shortest handshake round trip.
+    pub latency: Option<Duration>,
+    /// The slowest link between hosts, bytes per second.
+    pub bandwidth: Option<u64>,
 }
 
 impl Default for LinkModel {
@@ -54,14 +64,23 @@ impl LinkModel {
     /// 35-110 us here): the reference's stands in, so that selection does not wander between
     /// runs. Above it the link is slow or far, and the measurement counts.
     const MEASURED_LATENCY_MIN: Duration = Duration::from_micros(160);
+    /// Links slower than this (half the reference's) limit a collective more than the hosts
+    /// do.
+    const SLOW_BANDWIDTH: u64 = Self::REFERENCE.bandwidth / 2;
+    /// A measured bandwidth counts only below this: a probe of a fast link is bound by the
+    /// hosts (an unshaped veth pair times at 0.8-1 GB/s on the reference VM, a 10 Gbit/s one
+    /// at 0.8-2), and selection must not wander between runs. Slower, the link limits and
+    /// times true (1 Gbit/s at 119-128 MB/s).
+    const MEASURED_BANDWIDTH_MAX: u64 = Self::REFERENCE.bandwidth / 4;
 
     /// The model with `RUSTDIST_LINK_LATENCY_US` and `RUSTDIST_LINK_BANDWIDTH` applied over
-    /// `measured_latency` (None or under 160 us: the reference's) and the reference bandwidth.
-    pub fn from_env(measured_latency: Option<Duration>) -> Result<LinkModel> {
+    /// what was `measured` (None, a latency under 160 us or a bandwidth over 500 MB/s: the
+    /// reference's).
+    pub fn from_env(measured: Measured) -> Result<LinkModel> {
         Self::from_settings(
             std::env::var(LATENCY_ENV).ok(),
             std::env::var(BANDWIDTH_ENV).ok(),
-            measured_latency,
+            measured,
         )
     }
 
@@ -69,7 +88,7 @@ impl LinkModel {
     fn from_settings(
         latency_us: Option<String>,
         bandwidth: Option<String>,
-        measured_latency: Option<Duration>,
+        measured: Measured,
     ) -> Result<LinkModel> {
         let latency = match latency_us {
             Some(v) => v
@@ -83,7 +102,8 @@ impl LinkModel {
                         "{LATENCY_ENV} must be a positive number of microseconds, not {v:?}"
                     ))
                 })?,
-            None => measured_latency
+            None => measured
+                .latency
                 .filter(|l| *l >= Self::MEASURED_LATENCY_MIN)
                 .unwrap_or(Self::REFERENCE.latency),
         };
@@ -93,7 +113,10 @@ impl LinkModel {
                     "{BANDWIDTH_ENV} must be a rate such as 1gbit, 25gbit, 800mbit or 1.5GB                      (bytes per second), not {v:?}"
                 ))
             })?,
-            None => Self::REFERENCE.bandwidth,
+            None => measured
+                .bandwidth
+                .filter(|&b| b > 0 && b < Self::MEASURED_BANDWIDTH_MAX)
+                .unwrap_or(Self::REFERENCE.bandwidth),
         };
         Ok(LinkModel { latency, bandwidth })
     }
@@ -287,8 +310,8 @@ fn assign<A: Algo>(slot: &mut Option<A>, name: &str, keyed: bool) -> Result<bool
 
 impl AlgoOverrides {
     /// Reads `RUSTDIST_ALGO` (unset or empty means no overrides) and the configured link
-    /// model over `measured_latency` (see [`LinkModel::from_env`]).
-    pub fn from_env(measured_latency: Option<Duration>) -> Result<Self> {
+    /// model over what was `measured` (see [`LinkModel::from_env`]).
+    pub fn from_env(measured: Measured) -> Result<Self> {
         let o = match std::env::var(ENV_VAR) {
             Ok(spec) => Self::parse(&spec)?,
             Err(std::env::VarError::NotPresent) => Self::default(),
@@ -297,7 +320,7 @@ impl AlgoOverrides {
             }
         };
         Ok(AlgoOverrides {
-            tcp: LinkModel::from_env(measured_latency)?,
+            tcp: LinkModel::from_env(measured)?,
             ..o
         })
     }
@@ -437,7 +460,7 @@ impl AlgoOverrides {
     /// Whether the TCP links are slower than half the reference's bandwidth: there the
     /// network limits rather than the hosts.
     fn slow_tcp(&self) -> bool {
-        self.tcp.bandwidth < LinkModel::REFERENCE.bandwidth / 2
+        self.tcp.bandwidth < LinkModel::SLOW_BANDWIDTH
     }
 
     /// broadcast of `bytes` on `world` ranks.
@@ -719,16 +742,30 @@ mod tests {
     }
 
     #[test]
-    fn a_measured_latency_counts_once_it_is_clearly_a_long_link_and_settings_win() {
-        let measured = |us| LinkModel::from_settings(None, None, Some(Duration::from_micros(us)));
-        assert_eq!(
-            measured(90).unwrap(),
-            LinkModel::REFERENCE,
-            "loopback noise"
+    fn measurements_count_once_clearly_a_long_or_slow_link_and_settings_win() {
+        let measured = |us, bandwidth| {
+            let latency = Some(Duration::from_micros(us));
+            LinkModel::from_settings(None, None, Measured { latency, bandwidth }).unwrap()
+        };
+        assert_eq!(measured(90, None), LinkModel::REFERENCE, "loopback noise");
+        assert_eq!(measured(2000, None).latency, Duration::from_millis(2));
+        // A link timed at 900 MB/s may be a fast one timed on a busy host; 1 Gbit/s limits.
+        assert_eq!(measured(90, Some(900_000_000)), LinkModel::REFERENCE);
+        assert_eq!(measured(90, Some(118_000_000)).bandwidth, 118_000_000);
+        assert!(
+            AlgoOverrides {
+                tcp: measured(90, Some(118_000_000)),
+                ..AlgoOverrides::default()
+            }
+            .slow_tcp(),
+            "a measured 1 Gbit/s link is slow"
         );
-        assert_eq!(measured(2000).unwrap().latency, Duration::from_millis(2));
         let set = |l: &str, b: &str| {
-            LinkModel::from_settings(Some(l.into()), Some(b.into()), Some(Duration::from_secs(1)))
+            let long_and_slow = Measured {
+                latency: Some(Duration::from_secs(1)),
+                bandwidth: Some(1000),
+            };
+            LinkModel::from_settings(Some(l.into()), Some(b.into()), long_and_slow)
         };
         assert_eq!(
             set("250", "10gbit").unwrap(),

@@ -156,10 +156,10 @@ pub trait SharedMemory {
     /// step two back (waits for that, within `ctx`'s deadline).
     fn prepare(&mut self, ctx: &OpCtx) -> Result<&mut [u8]>;
     /// Waits until the next step may be published without slot data (every local rank is
-    /// done with its flag line, `workspace::DEPTH` steps back), within `ctx`'s deadline.
+    /// done with its flag entry, `workspace::DEPTH` steps back), within `ctx`'s deadline.
     fn prepare_flag(&mut self, ctx: &OpCtx) -> Result<()>;
     /// Publishes the next step, with `inline` (at most `workspace::INLINE_BYTES`) in the
-    /// flag's cache line.
+    /// flag entry.
     fn publish(&mut self, inline: &[u8]);
     /// Waits until `peers` have published the current step.
     fn wait(&mut self, ctx: &OpCtx, peers: Peers<'_>) -> Result<()>;

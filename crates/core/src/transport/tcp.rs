@@ -855,6 +855,135 @@ pub fn agree_latency(
     Ok(ns.parse().ok().map(Duration::from_nanos))
 }
 
+/// Bytes each rank streams to the next to time a link between hosts: long enough to leave
+/// TCP's slow start on a LAN, a few ms at 1 Gbit/s.
+const PROBE_BYTES: usize = 1 << 20;
+
+/// Whether `sock` joins two hosts: its ends have different addresses (loopback and ranks
+/// that share a host do not). Both ends of a connection answer the same.
+fn between_hosts(sock: &TcpStream) -> bool {
+    match (sock.local_addr(), sock.peer_addr()) {
+        (Ok(local), Ok(peer)) => local.ip() != peer.ip(),
+        _ => false,
+    }
+}
+
+/// The bandwidth of the links between hosts in bytes per second, the same on every rank, or
+/// None when no link joins two hosts (nothing is sent then). Each rank streams
+/// [`PROBE_BYTES`] over `socks` (a fresh [`Mesh`]'s, before any frame) to the next rank when
+/// that link joins two hosts, while timing what the previous rank streams to it; rank 0
+/// publishes the slowest rate under `prefix`. Costs a few ms and two store round trips per
+/// group, only when it spans hosts.
+pub fn agree_bandwidth(
+    store: &dyn Store,
+    prefix: &str,
+    rank: usize,
+    size: usize,
+    socks: &[Option<TcpStream>],
+    deadline: Instant,
+) -> Result<Option<u64>> {
+    // One rank sees every other; if none of its links joins two hosts, no link does.
+    if !socks.iter().flatten().any(between_hosts) {
+        return Ok(None);
+    }
+    let (next, prev) = ((rank + 1) % size, (rank + size - 1) % size);
+    let cross = |p: usize| socks[p].as_ref().filter(|s| between_hosts(s));
+    let mine = probe((cross(next), next), (cross(prev), prev), deadline)?;
+    let key = |r: usize| format!("{prefix}/link_bandwidth/{r}");
+    let agreed = format!("{prefix}/link_bandwidth");
+    let text = if rank == 0 {
+        let mut slowest = mine;
+        for r in 1..size {
+            let raw = store.get(&key(r), remaining(deadline))?;
+            if let Ok(rate) = String::from_utf8_lossy(&raw).parse::<u64>() {
+                slowest = Some(slowest.map_or(rate, |s| s.min(rate)));
+            }
+        }
+        let text = slowest.map_or_else(|| "-".to_string(), |r| r.to_string());
+        store.set(&agreed, text.as_bytes())?;
+        text
+    } else {
+        let text = mine.map_or_else(|| "-".to_string(), |r| r.to_string());
+        store.set(&key(rank), text.as_bytes())?;
+        String::from_utf8_lossy(&store.get(&agreed, remaining(deadline))?).into_owned()
+    };
+    Ok(text.parse().ok())
+}
+
+/// Streams [`PROBE_BYTES`] into `to` (rank `next`'s socket) while reading as many from
+/// `from` (rank `prev`'s; either may be absent, or both the same socket); returns the rate
+/// `from` delivered at, from its first byte to its last.
+fn probe(
+    (to, next): (Option<&TcpStream>, usize),
+    (from, prev): (Option<&TcpStream>, usize),
+    deadline: Instant,
+) -> Result<Option<u64>> {
+    const CHUNK: usize = 64 << 10;
+    let zeros = vec![0u8; CHUNK];
+    let mut buf = vec![0u8; CHUNK];
+    let (mut sent, mut got) = (0, 0);
+    let mut timed: Option<(Instant, usize)> = None;
+    let mut elapsed = None;
+    let failed = |what: String, e: io::Error| {
+        Error::network(format!(
+            "measuring the links between hosts: {what} failed: {e}"
+        ))
+    };
+    loop {
+        let (sending, reading) = (
+            to.filter(|_| sent < PROBE_BYTES),
+            from.filter(|_| got < PROBE_BYTES),
+        );
+        if sending.is_none() && reading.is_none() {
+            break;
+        }
+        let left = remaining(deadline).ok_or_else(|| {
+            Error::network(format!(
+                "timed out measuring the links between hosts (sent {sent} of {PROBE_BYTES} \
+                 bytes, received {got} from rank {prev})"
+            ))
+        })?;
+        let mut fds: Vec<libc::pollfd> = sending
+            .map(|s| pollfd(s.as_raw_fd(), libc::POLLOUT))
+            .into_iter()
+            .chain(reading.map(|s| pollfd(s.as_raw_fd(), libc::POLLIN)))
+            .collect();
+        poll_fds(&mut fds, interrupt::slice(left));
+        interrupt::check()?;
+        if let Some(mut s) = sending {
+            match s.write(&zeros[..(PROBE_BYTES - sent).min(CHUNK)]) {
+                Ok(n) => sent += n,
+                Err(e) if timed_out(&e) || e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(failed(format!("sending to rank {next}"), e)),
+            }
+        }
+        if let Some(mut s) = reading {
+            match s.read(&mut buf[..(PROBE_BYTES - got).min(CHUNK)]) {
+                Ok(0) => {
+                    return Err(Error::network(format!(
+                        "rank {prev} closed its connection while the link was measured"
+                    )))
+                }
+                Ok(n) => {
+                    got += n;
+                    let (start, _) = *timed.get_or_insert((Instant::now(), n));
+                    if got == PROBE_BYTES {
+                        elapsed = Some(start.elapsed());
+                    }
+                }
+                Err(e) if timed_out(&e) || e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(failed(format!("receiving from rank {prev}"), e)),
+            }
+        }
+    }
+    Ok(match (timed, elapsed) {
+        (Some((_, first)), Some(took)) if first < PROBE_BYTES && !took.is_zero() => {
+            Some(((PROBE_BYTES - first) as f64 / took.as_secs_f64()) as u64)
+        }
+        _ => None,
+    })
+}
+
 pub fn pollfd(fd: i32, events: libc::c_short) -> libc::pollfd {
     libc::pollfd {
         fd,

@@ -3,25 +3,25 @@
 //!
 //! Every rank owns one region (in its shared segment, see `shm.rs`) that only it writes and
 //! the others read: a progress line (the last step it published), an announce ring (the
-//! collectives it entered, for mismatch checks), flag lines per collective kind (the step
-//! number, the collective's signature, then up to [`INLINE_BYTES`] of data in the same cache
-//! line; [`DEPTH`] of them per kind, used in turn), and two data slots.
+//! collectives it entered, for mismatch checks), flag entries per collective kind (the step
+//! number, the collective's signature, then up to [`INLINE_BYTES`] of data on the same two
+//! cache lines; [`DEPTH`] of them per kind, used in turn), and two data slots.
 //!
 //! The protocol, in steps numbered 1, 2, ... identically on every rank (all ranks run the same
 //! sequence of collectives, each a fixed number of steps):
-//! - a step's flag line is number `step % DEPTH` of its kind, its slot number `step % 2`;
+//! - a step's flag entry is number `step % DEPTH` of its kind, its slot number `step % 2`;
 //! - a rank publishes every step (with or without data) by storing the step number;
 //! - a rank reads the data of step `s` only after seeing the writer's flag reach `s`, and only
 //!   before it publishes `s + 1`;
 //! - so before writing the slot of step `s` a rank makes sure every peer has published `s - 1`
 //!   (it has then finished reading step `s - 2`, the slot's previous use), and before writing
-//!   only the flag line of step `s`, that every peer has published `s - DEPTH + 1`.
+//!   only the flag entry of step `s`, that every peer has published `s - DEPTH + 1`.
 //!
-//! Small messages therefore cost one cache-line transfer per peer and one wait, and a rank
+//! Small messages therefore cost one or two cache-line transfers per peer and one wait, and a rank
 //! whose steps carry no slot data (the root of small broadcasts, say) runs up to `DEPTH - 1`
 //! steps ahead of the slowest reader instead of waiting for it every time. The signature
 //! travels with every step, so ranks that disagree about a collective (size, dtype, op) are
-//! caught on the first step; collectives keep separate flag lines per kind, so ranks in
+//! caught on the first step; collectives keep separate flag entries per kind, so ranks in
 //! different collectives never read each other's flags as their own (that mismatch is named
 //! from the announce ring, which waiters read while they wait).
 
@@ -32,8 +32,10 @@ use crate::types::CollectiveKind;
 
 /// Bytes of a cache line: flags sit on lines of their own.
 pub const LINE: usize = 64;
-/// Payload bytes carried in a flag line next to the step number and the signature.
-pub const INLINE_BYTES: usize = LINE - 16;
+/// Bytes of a flag entry: two cache lines, so that 64 bytes of data still travel inline.
+const FLAG_BYTES: usize = 2 * LINE;
+/// Payload bytes carried in a flag entry next to the step number and the signature.
+pub const INLINE_BYTES: usize = FLAG_BYTES - 16;
 /// Bytes of one data slot (each rank has two).
 pub const SLOT_BYTES: usize = 1 << 20;
 /// Flag lines per collective kind, used in turn (a power of two): how many steps without slot
@@ -47,7 +49,7 @@ const ANNOUNCE: usize = LINE;
 const ENTRY: usize = 32;
 const FLAGS: usize = ANNOUNCE + DEPTH as usize * ENTRY;
 const PAGE: usize = 4096;
-const SLOTS: usize = (FLAGS + KINDS * DEPTH as usize * LINE).div_ceil(PAGE) * PAGE;
+const SLOTS: usize = (FLAGS + KINDS * DEPTH as usize * FLAG_BYTES).div_ceil(PAGE) * PAGE;
 
 /// Bytes of one rank's workspace region (a multiple of the page size).
 pub const REGION_BYTES: usize = SLOTS + 2 * SLOT_BYTES;
@@ -151,7 +153,7 @@ impl Workspace {
     }
 
     fn flag_offset(&self, step: u64) -> usize {
-        FLAGS + (self.kind as usize * DEPTH as usize + (step % DEPTH) as usize) * LINE
+        FLAGS + (self.kind as usize * DEPTH as usize + (step % DEPTH) as usize) * FLAG_BYTES
     }
 
     fn entry_offset(seq: u64) -> usize {
@@ -193,7 +195,7 @@ impl Workspace {
 
     /// True when every local rank is done with what the next step overwrites: with `slot`,
     /// the slot of its parity (last used two steps back: every rank has published the
-    /// current step), else just its flag line (last used [`DEPTH`] steps back). Reads the
+    /// current step), else just its flag entry (last used [`DEPTH`] steps back). Reads the
     /// peers' progress only when not yet known.
     pub fn may_write(&mut self, slot: bool) -> bool {
         let need = if slot {
@@ -221,7 +223,7 @@ impl Workspace {
         unsafe { std::slice::from_raw_parts_mut(self.regions[self.me].add(at), SLOT_BYTES) }
     }
 
-    /// Publishes the next step with `inline` (at most [`INLINE_BYTES`]) in its flag line;
+    /// Publishes the next step with `inline` (at most [`INLINE_BYTES`]) in its flag entry;
     /// returns the step. Data meant for the step's slot must be written before.
     pub fn publish(&mut self, inline: &[u8]) -> u64 {
         debug_assert!(inline.len() <= INLINE_BYTES);
@@ -231,7 +233,7 @@ impl Workspace {
         let at = self.flag_offset(step);
         self.word(me, at + 8).store(self.stamp, Ordering::Relaxed);
         // SAFETY: the payload bytes follow the step and signature words inside this rank's
-        // own flag line, which no peer reads until the step number below is stored (Release).
+        // own flag entry, which no peer reads until the step number below is stored (Release).
         unsafe {
             std::ptr::copy_nonoverlapping(
                 inline.as_ptr(),
@@ -270,7 +272,7 @@ impl Workspace {
     /// The inline payload local rank `p` published with the current step.
     pub fn inline(&self, p: usize, len: usize) -> &[u8] {
         let at = self.flag_offset(self.step) + 16;
-        // SAFETY: inside p's flag line; stable until this rank publishes its next step (the
+        // SAFETY: inside p's flag entry; stable until this rank publishes its next step (the
         // protocol: p does not overwrite it before this rank has published that).
         unsafe { std::slice::from_raw_parts(self.regions[p].add(at), len.min(INLINE_BYTES)) }
     }

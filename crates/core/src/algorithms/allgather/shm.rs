@@ -1,5 +1,5 @@
 //! all_gather in shared memory: every rank publishes its block (piece by piece when larger
-//! than a slot; in the flag's cache line when small) and copies everyone else's. Blocks may
+//! than a slot; in the flag entry when small) and copies everyone else's. Blocks may
 //! differ in size between ranks; each step also carries the sender's block length, so a rank
 //! that expects another size from it fails naming both instead of reading garbage.
 

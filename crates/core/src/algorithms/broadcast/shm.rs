@@ -1,5 +1,5 @@
-//! Broadcast in shared memory: the root publishes each slot-sized piece (in the flag's cache
-//! line when it fits), the others wait for it and copy it out. The root may run one piece
+//! Broadcast in shared memory: the root publishes each slot-sized piece (in the flag
+//! entry when it fits), the others wait for it and copy it out. The root may run one piece
 //! ahead of the slowest reader, so large broadcasts overlap writing and reading.
 
 use crate::algorithms::common::{contribution, publish_data, publish_empty, shared, slot_pieces};

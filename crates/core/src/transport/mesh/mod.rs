@@ -26,7 +26,7 @@ use crate::tensor::RawBuf;
 use crate::transport::frame::{abort_class, FrameKind, Header};
 use crate::transport::heartbeat::{Heartbeat, HeartbeatConfig, Identity};
 use crate::transport::shm::{share_memory, ShmHost, ShmPipe};
-use crate::transport::tcp::{agree_latency, connect_mesh};
+use crate::transport::tcp::{agree_bandwidth, agree_latency, connect_mesh};
 use crate::transport::workspace::Workspace;
 use crate::transport::{Op, OpCtx, P2pDone, SharedMemory, Transport};
 use crate::types::CollectiveKind;
@@ -131,6 +131,9 @@ pub struct MeshTransport {
     oversubscribed: bool,
     /// The links' one-way latency measured at connect (the same on every rank).
     latency: Option<Duration>,
+    /// The slowest link between hosts in bytes per second, measured at connect (the same on
+    /// every rank; None when the group is on one host).
+    bandwidth: Option<u64>,
     /// Fails the group (through `cancel`) when a peer goes silent; stopped at shutdown.
     heartbeat: Option<Heartbeat>,
     /// Shared memory with the peers on this host; after `peers` and `ws`, so the pipes and
@@ -142,6 +145,12 @@ impl MeshTransport {
     /// The links' one-way latency measured at connect, the same on every rank (None alone).
     pub fn latency(&self) -> Option<Duration> {
         self.latency
+    }
+
+    /// The slowest link between hosts in bytes per second, measured at connect, the same on
+    /// every rank (None on one host).
+    pub fn bandwidth(&self) -> Option<u64> {
+        self.bandwidth
     }
 
     /// Joins the mesh of group `group` (rendezvous keys under `prefix` in `store`) within
@@ -189,6 +198,7 @@ impl MeshTransport {
             _ => None,
         };
         let latency = agree_latency(&*store, prefix, rank, size, mesh.round_trip, deadline)?;
+        let bandwidth = agree_bandwidth(&*store, prefix, rank, size, &mesh.socks, deadline)?;
         let socks = mesh.socks;
         let (host, host_of) = if shared_memory {
             share_memory(&*store, prefix, rank, size, group, deadline)?
@@ -226,6 +236,7 @@ impl MeshTransport {
                 _ => false,
             },
             latency,
+            bandwidth,
             ws,
             ws_seq: u64::MAX,
             heartbeat,

@@ -4,7 +4,7 @@
 //! selection.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -398,5 +398,76 @@ fn every_rank_agrees_on_the_highest_ranks_latency() {
     assert_eq!(
         agree_latency(&*store, "alone", 0, 1, None, deadline).unwrap(),
         None
+    );
+}
+
+/// A connected pair of non-blocking sockets; with `between_hosts`, their ends have different
+/// addresses (127.0.0.1 and 127.0.0.2), as on two hosts.
+fn socket_pair(between_hosts: bool) -> (TcpStream, TcpStream) {
+    let ip = if between_hosts {
+        "127.0.0.2"
+    } else {
+        "127.0.0.1"
+    };
+    let listener = TcpListener::bind((ip, 0)).unwrap();
+    let a = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (b, _) = listener.accept().unwrap();
+    for s in [&a, &b] {
+        configure(s).unwrap();
+    }
+    (a, b)
+}
+
+/// Runs `agree_bandwidth` on every rank of `socks` (by rank) in threads; then checks that
+/// each link's stream holds nothing more (the probe was read to its end).
+fn agreed_bandwidths(socks: Vec<Vec<Option<TcpStream>>>) -> Vec<Option<u64>> {
+    let store = Arc::new(HashStore::new());
+    let size = socks.len();
+    let handles: Vec<_> = socks
+        .into_iter()
+        .enumerate()
+        .map(|(rank, socks)| {
+            let store = store.clone();
+            thread::spawn(move || {
+                let deadline = Instant::now() + Duration::from_secs(20);
+                let rate = agree_bandwidth(&*store, "bw", rank, size, &socks, deadline).unwrap();
+                (rate, socks)
+            })
+        })
+        .collect();
+    let done: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    for s in done.iter().flat_map(|(_, socks)| socks.iter().flatten()) {
+        let err = (&*s).read(&mut [0u8; 1]).unwrap_err();
+        assert!(timed_out(&err), "bytes left on the link: {err}");
+    }
+    done.into_iter().map(|(rate, _)| rate).collect()
+}
+
+#[test]
+fn links_between_hosts_are_timed_and_every_rank_agrees_on_the_slowest() {
+    // Two ranks on two hosts.
+    let (a, b) = socket_pair(true);
+    let rates = agreed_bandwidths(vec![vec![None, Some(a)], vec![Some(b), None]]);
+    assert!(rates[0].is_some_and(|r| r > 0), "{rates:?}");
+    assert_eq!(rates[0], rates[1]);
+    // Ranks 0 and 1 on one host, rank 2 on another: only 1 -> 2 and 2 -> 0 are timed.
+    let (s01, s10) = socket_pair(false);
+    let (s12, s21) = socket_pair(true);
+    let (s20, s02) = socket_pair(true);
+    let rates = agreed_bandwidths(vec![
+        vec![None, Some(s01), Some(s02)],
+        vec![Some(s10), None, Some(s12)],
+        vec![Some(s20), Some(s21), None],
+    ]);
+    assert!(rates[0].is_some_and(|r| r > 0), "{rates:?}");
+    assert!(rates.iter().all(|r| *r == rates[0]), "{rates:?}");
+}
+
+#[test]
+fn links_on_one_host_are_not_timed() {
+    let (a, b) = socket_pair(false);
+    assert_eq!(
+        agreed_bandwidths(vec![vec![None, Some(a)], vec![Some(b), None]]),
+        [None, None]
     );
 }
