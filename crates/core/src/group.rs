@@ -755,19 +755,28 @@ impl ProcessGroup {
         let rank = self.rank;
         self.start(mode, "all_gather", move |eng| {
             eng.collective(sig, ReduceOp::Sum, |tr, ctx, algos| {
-                // SAFETY: both views are alive until the Work completes; ptr::copy allows the
-                // input to be (part of) the output, as all_gather_into_tensor in place does.
-                unsafe {
-                    std::ptr::copy(
-                        input.buf.as_mut_ptr(),
-                        outputs[rank].as_mut_ptr(),
-                        input.nbytes(),
-                    )
-                };
+                // An input apart from every output goes to the algorithm, which copies it
+                // into the own block when it suits it (shared memory: from cache); one that
+                // is (part of) an output, as all_gather_into_tensor in place, is copied first.
+                let apart = !any_overlap(&[input.buf], &outputs);
+                if !apart {
+                    // SAFETY: both views are alive until the Work completes; no slice of
+                    // either exists, and ptr::copy allows them to overlap.
+                    unsafe {
+                        std::ptr::copy(
+                            input.buf.as_mut_ptr(),
+                            outputs[rank].as_mut_ptr(),
+                            input.nbytes(),
+                        )
+                    };
+                }
                 // SAFETY: the caller keeps every output alive and untouched until completion;
                 // output blocks are distinct from each other.
                 let mut blocks = unsafe { mut_slices(&outputs) };
-                algorithms::all_gather(tr, ctx, &mut blocks, algos)
+                // SAFETY: the input is alive and untouched until completion too, and shares no
+                // byte with the outputs.
+                let src = apart.then(|| unsafe { input.buf.as_slice() });
+                algorithms::all_gather_from(tr, ctx, src, &mut blocks, algos)
             })?;
             Ok(None)
         })

@@ -412,13 +412,30 @@ fn broadcast_every_algorithm_world_length_root() {
     }
 }
 
+/// This rank's block, returned as an input apart from `blocks`, and then overwritten there.
+fn own_block_as_input(t: &dyn Transport, blocks: &mut [&mut [u8]]) -> Vec<u8> {
+    let own = &mut blocks[t.rank()];
+    let src = own.to_vec();
+    own.fill(0xEE);
+    src
+}
+
 #[test]
 fn all_gather_every_algorithm_world_length() {
     type GatherFn = fn(&mut dyn Transport, &OpCtx, &mut [&mut [u8]]) -> Result<()>;
-    let algos: [(&str, &[Layout], GatherFn); 5] = [
+    let algos: [(&str, &[Layout], GatherFn); 7] = [
         ("ring", &[Layout::Apart], allgather::ring::all_gather),
         ("direct", &[Layout::Apart], allgather::direct::all_gather),
         ("shm", &[Layout::Together], allgather::shm::all_gather),
+        // The input apart from the outputs; the own block starts as garbage.
+        ("shm from input", &[Layout::Together], |t, c, b| {
+            let src = own_block_as_input(t, b);
+            allgather::shm::all_gather_from(t, c, Some(&src), b)
+        }),
+        ("dispatcher from input", &ALL_LAYOUTS, |t, c, b| {
+            let src = own_block_as_input(t, b);
+            algorithms::all_gather_from(t, c, Some(&src), b, &AlgoOverrides::default())
+        }),
         (
             "hierarchical",
             &[Layout::Mixed],

@@ -175,12 +175,38 @@ pub fn all_gather(
     blocks: &mut [&mut [u8]],
     algos: &AlgoOverrides,
 ) -> Result<()> {
+    all_gather_from(t, ctx, None, blocks, algos)
+}
+
+/// [`all_gather`] of `input` (sharing no byte with any block), which `blocks[rank]` receives
+/// too; `None`: `blocks[rank]` holds this rank's data already. In shared memory the input is
+/// copied into `blocks[rank]` piece by piece from the slot it was published in (still in
+/// cache), else first.
+pub fn all_gather_from(
+    t: &mut dyn Transport,
+    ctx: &OpCtx,
+    input: Option<&[u8]>,
+    blocks: &mut [&mut [u8]],
+    algos: &AlgoOverrides,
+) -> Result<()> {
     check_blocks(t, ctx, "output blocks", blocks.len())?;
+    let own = t.rank();
+    if let Some(src) = input.filter(|src| src.len() != blocks[own].len()) {
+        return Err(Error::invalid(format!(
+            "all_gather: an input of {} bytes for an output block of {}",
+            src.len(),
+            blocks[own].len()
+        )));
+    }
     let total: usize = blocks.iter().map(|b| b.len()).sum();
-    match algos.all_gather(total, t.link_kind()) {
+    let algo = algos.all_gather(total, t.link_kind());
+    if let (Some(src), false) = (input, algo == AllGatherAlgo::Shm) {
+        blocks[own].copy_from_slice(src);
+    }
+    match algo {
         AllGatherAlgo::Ring => allgather::ring::all_gather(t, ctx, blocks),
         AllGatherAlgo::Direct => allgather::direct::all_gather(t, ctx, blocks),
-        AllGatherAlgo::Shm => allgather::shm::all_gather(t, ctx, blocks),
+        AllGatherAlgo::Shm => allgather::shm::all_gather_from(t, ctx, input, blocks),
         AllGatherAlgo::Hierarchical => allgather::hierarchical::all_gather(t, ctx, blocks),
     }
 }

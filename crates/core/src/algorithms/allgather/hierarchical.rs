@@ -20,7 +20,7 @@ pub fn all_gather(t: &mut dyn Transport, ctx: &OpCtx, blocks: &mut [&mut [u8]]) 
             .filter(|(_, &h)| h == here)
             .map(|(b, _)| &mut **b)
             .collect();
-        super::shm::on_host(ws, ctx, &mut local)?;
+        super::shm::on_host(ws, ctx, None, &mut local)?;
     }
     let leaders = leaders(&host_of, None);
     if let Some(i) = leaders.iter().position(|&l| l == me) {

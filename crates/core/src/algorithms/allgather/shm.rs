@@ -14,16 +14,33 @@ const INLINE_DATA: usize = INLINE_BYTES - 8;
 /// `blocks[rank]` holds this rank's data; fills `blocks[r]` with rank r's (all on this
 /// host).
 pub fn all_gather(t: &mut dyn Transport, ctx: &OpCtx, blocks: &mut [&mut [u8]]) -> Result<()> {
-    if t.size() == 1 {
-        return Ok(());
-    }
-    on_host(shared(t, ctx)?, ctx, blocks)
+    all_gather_from(t, ctx, None, blocks)
 }
 
-/// all_gather over the ranks of workspace `ws`: `blocks` by local rank.
+/// [`all_gather`] of `input` (as long as `blocks[rank]`, sharing no byte with any block),
+/// which `blocks[rank]` receives piece by piece from the slot it was published in; `None`:
+/// `blocks[rank]` holds this rank's data already.
+pub fn all_gather_from(
+    t: &mut dyn Transport,
+    ctx: &OpCtx,
+    input: Option<&[u8]>,
+    blocks: &mut [&mut [u8]],
+) -> Result<()> {
+    if t.size() == 1 {
+        if let Some(src) = input {
+            blocks[0].copy_from_slice(src);
+        }
+        return Ok(());
+    }
+    on_host(shared(t, ctx)?, ctx, input, blocks)
+}
+
+/// all_gather over the ranks of workspace `ws`: `blocks` by local rank, this rank's data in
+/// `input` or else in its own block.
 pub(crate) fn on_host(
     ws: &mut dyn SharedMemory,
     ctx: &OpCtx,
+    input: Option<&[u8]>,
     blocks: &mut [&mut [u8]],
 ) -> Result<()> {
     let (n, me) = (ws.local_size(), ws.local_rank());
@@ -35,7 +52,11 @@ pub(crate) fn on_host(
     for round in 0..rounds {
         let at = round * step;
         let piece = |len: usize| at.min(len)..(at + step).min(len);
-        let own = &blocks[me][piece(lens[me])];
+        let mine = piece(lens[me]);
+        let own = match input {
+            Some(src) => &src[mine.clone()],
+            None => &blocks[me][mine.clone()],
+        };
         let mut head = [0u8; INLINE_BYTES];
         head[..8].copy_from_slice(&(lens[me] as u64).to_le_bytes());
         if inline {
@@ -45,6 +66,16 @@ pub(crate) fn on_host(
             ws.prepare(ctx)?[..own.len()].copy_from_slice(own);
         }
         ws.publish(&head[..if inline { 8 + own.len() } else { 8 }]);
+        // While the peers copy this piece, this rank copies it too: from its slot (in cache).
+        if let Some(src) = input {
+            let len = mine.len();
+            let from = if inline {
+                &src[mine.clone()]
+            } else {
+                &ws.slot(me)[..len]
+            };
+            blocks[me][mine].copy_from_slice(from);
+        }
         ws.wait(ctx, Peers::All)?;
         for p in (0..n).filter(|&p| p != me) {
             let got = ws.inline(p, 8);
