@@ -245,19 +245,19 @@ def fast_init(
     debug: ModuleType,
     log: Callable[[str, BaseException], None],
 ) -> None:
-    """Sets up FastPath (once): torch.Tensor, dtype -> code, ReduceOp.SUM and ReduceOp, the
+    """Sets up the fast functions (once): torch.Tensor, dtype -> code, ReduceOp.SUM and ReduceOp, the
     distributed_c10d module (its `_default_pg`) and its ProcessGroup class, the _debug module
     (its `detail` flag) and the logger of failed calls."""
 
-class FastPath:
-    """Stands in for a hot collective's Python function (`name`: all_reduce, broadcast,
-    all_gather_into_tensor, reduce_scatter_tensor or barrier): runs its usual synchronous call
-    on a plain contiguous CPU tensor with SUM on a rustdist group directly, and hands every
-    other call to `python`."""
-
-    __wrapped__: Callable[..., object]
-    def __init__(self, name: str, python: Callable[..., object]) -> None: ...
-    def __call__(self, *args: object, **kwargs: object) -> object: ...
+def fast_function(
+    name: str, python: Callable[..., object], module: str, doc: str
+) -> Callable[..., object]:
+    """The fast function of `name` (all_reduce, broadcast, all_gather_into_tensor,
+    reduce_scatter_tensor, all_to_all_single or barrier): a builtin (vectorcall, no argument
+    tuple or dict) that runs the usual synchronous call on a plain contiguous CPU tensor with
+    SUM on a rustdist group directly and hands every other call to `python`; `__module__` is
+    `module`, and `doc` its docstring, whose first lines may give the signature
+    (`name(params)\n--\n\n`)."""
 
 # ---------------------------------------------------------------------------------------------
 # CUDA (NCCL, and host-staged where NCCL cannot). CUDA tensors cross as (device pointer,

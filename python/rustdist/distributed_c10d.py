@@ -6,6 +6,7 @@ to ``_core`` zero-copy."""
 from __future__ import annotations
 
 import hashlib
+import inspect
 import os
 import sys
 import threading
@@ -2052,21 +2053,44 @@ def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[Work]:
     return reqs
 
 
+def _text_signature(fn: Callable[..., Any]) -> Optional[str]:
+    """``fn``'s parameters as CPython writes a builtin's signature (``(a, b=None)``), or None
+    when a default is not a literal (inspect reads only literals back from a builtin)."""
+    params = []
+    for p in inspect.signature(fn).parameters.values():
+        if p.default is inspect.Parameter.empty:
+            params.append(p.name)
+        elif p.default is None or isinstance(p.default, (bool, int, float, str)):
+            params.append(f"{p.name}={p.default!r}")
+        else:
+            return None
+    return f"({', '.join(params)})"
+
+
 def _fast_paths() -> None:
     """The hot collectives' usual calls (a plain contiguous CPU tensor, SUM, a rustdist group,
-    synchronous, no DETAIL checks) skip this layer through ``_core.FastPath``, which hands
-    every other call to the functions above. Each is reached through a function with the same
-    parameters that passes its arguments on by position: keyword arguments then cost the
-    interpreter's binding, not a dict per call."""
+    synchronous, no DETAIL checks) skip this layer through ``_core.fast_function``, builtins
+    that hand every other call to the functions above. A builtin carries its function's
+    docstring and signature; where a default is not a literal (``op=ReduceOp.SUM``) a function
+    with the same parameters stands in front and passes its arguments on by position."""
     if _Tensor is None:  # numpy arrays take the functions above
         return
     _core.fast_init(_Tensor, dict(REAL_TORCH_CODES), ReduceOp.SUM, ReduceOp, sys.modules[__name__],
                     ProcessGroup, _debug, _debug.log_failure)
     names = ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor",
              "all_to_all_single", "barrier")
-    fast = {name: _debug.compiled_like(globals()[name], "    return fast({call})\n",
-                                       {"fast": _core.FastPath(name, globals()[name])})
-            for name in names}
+    fast = {}
+    for name in names:
+        python = globals()[name]
+        params = _text_signature(python)
+        doc = python.__doc__ or ""
+        if params is None:
+            builtin = _core.fast_function(name, python, __name__, doc)
+            fast[name] = _debug.compiled_like(python, "    return fast({call})\n",
+                                              {"fast": builtin})
+        else:
+            fast[name] = _core.fast_function(name, python, __name__,
+                                             f"{name}{params}\n--\n\n{doc}")
     fast["all_gather_single"] = fast["all_gather_into_tensor"]
     fast["reduce_scatter_single"] = fast["reduce_scatter_tensor"]
     globals().update(fast)

@@ -315,6 +315,34 @@ unsafe fn mut_slices<'a>(bufs: &[RawBuf]) -> Vec<&'a mut [u8]> {
     bufs.iter().map(|b| unsafe { b.as_mut_slice() }).collect()
 }
 
+/// all_gather of `input` into `outputs` by rank, `outputs[rank]` included. An input apart
+/// from every output goes to the algorithm, which copies it into the own block when it suits
+/// it (shared memory: from cache); one that is (part of) an output, as all_gather_into_tensor
+/// in place, is copied into the own block first.
+///
+/// # Safety
+/// Every view is alive and touched by nothing else until the call returns, no slice of any
+/// exists, and the outputs are distinct from each other; `outputs[rank]` is as long as `input`.
+unsafe fn all_gather_views(
+    tr: &mut dyn Transport,
+    ctx: &OpCtx,
+    input: RawBuf,
+    outputs: &[RawBuf],
+    rank: usize,
+    algos: &AlgoOverrides,
+) -> Result<()> {
+    let apart = !any_overlap(&[input], outputs);
+    if !apart {
+        // SAFETY: guaranteed by the caller; ptr::copy allows the views to overlap.
+        unsafe { std::ptr::copy(input.as_mut_ptr(), outputs[rank].as_mut_ptr(), input.len()) };
+    }
+    // SAFETY: guaranteed by the caller.
+    let mut blocks = unsafe { mut_slices(outputs) };
+    // SAFETY: guaranteed by the caller, and the input shares no byte with the outputs.
+    let src = apart.then(|| unsafe { input.as_slice() });
+    algorithms::all_gather_from(tr, ctx, src, &mut blocks, algos)
+}
+
 /// The blocks of a gather, scatter, all_to_all or all_gather of blocks of different sizes,
 /// by peer: `sends[q]` goes to rank q, `recvs[q]` comes from rank q.
 pub struct Blocks {
@@ -553,14 +581,13 @@ impl ProcessGroup {
                 self.check_rank(&format!("{} peer rank", kind.name()), p)?;
             }
         }
-        let own = |list: &[(usize, RawBuf)]| {
+        fn own(list: &[(usize, RawBuf)], rank: usize) -> impl Iterator<Item = usize> + '_ {
             list.iter()
-                .filter(|(p, _)| *p == self.rank)
+                .filter(move |(p, _)| *p == rank)
                 .map(|(_, b)| b.len())
-                .collect::<Vec<_>>()
-        };
+        }
         if matches!(kind, CollectiveKind::AllToAll | CollectiveKind::AllGather)
-            && own(&blocks.sends) != own(&blocks.recvs)
+            && !own(&blocks.sends, self.rank).eq(own(&blocks.recvs, self.rank))
         {
             return Err(Error::invalid(format!(
                 "{}: the block this rank sends to itself does not fit the block it receives from itself",
@@ -581,6 +608,10 @@ impl ProcessGroup {
         }
         .ok_or_else(|| Error::invalid(format!("{}: no block to move", kind.name())))?;
         let by_peer = |list: &[(usize, RawBuf)], what: &str| -> Result<Vec<RawBuf>> {
+            // Usually listed in rank order already (always so from all_to_all_single).
+            if list.len() == size && list.iter().enumerate().all(|(q, &(p, _))| p == q) {
+                return Ok(list.iter().map(|&(_, b)| b).collect());
+            }
             let mut out: Vec<Option<RawBuf>> = vec![None; size];
             for &(p, b) in list {
                 if out[p].replace(b).is_some() {
@@ -617,7 +648,7 @@ impl ProcessGroup {
         };
         // Inputs that share memory with outputs (all_to_all_single(t, t), a gather into the
         // root's own input) are read from a copy, else the exchange overwrites blocks before
-        // sending them. An all_gather's input may be its own output block (copied first).
+        // sending them. An all_gather's input may be its own output block (see all_gather_views).
         let stage_sends = kind != CollectiveKind::AllGather && any_overlap(&sends, &recvs);
         let sig = Signature {
             kind,
@@ -629,18 +660,9 @@ impl ProcessGroup {
             eng.collective(sig, ReduceOp::Sum, |tr, ctx, algos| {
                 if kind == CollectiveKind::AllGather {
                     // SAFETY: the caller keeps every block alive and untouched until
-                    // completion; lengths checked equal; no slice of either exists, and
-                    // ptr::copy allows the input to be the output block itself.
-                    unsafe {
-                        std::ptr::copy(
-                            sends[rank].as_mut_ptr(),
-                            recvs[rank].as_mut_ptr(),
-                            recvs[rank].len(),
-                        )
-                    };
-                    // SAFETY: as above; output blocks are distinct from each other.
-                    let mut outs = unsafe { mut_slices(&recvs) };
-                    return algorithms::all_gather(tr, ctx, &mut outs, algos);
+                    // completion; no slice exists yet; output blocks are distinct and the own
+                    // one is as long as the input (checked above).
+                    return unsafe { all_gather_views(tr, ctx, sends[rank], &recvs, rank, algos) };
                 }
                 // SAFETY: as above; no output slice exists yet.
                 let staged: Option<Vec<Vec<u8>>> = stage_sends.then(|| {
@@ -755,28 +777,10 @@ impl ProcessGroup {
         let rank = self.rank;
         self.start(mode, "all_gather", move |eng| {
             eng.collective(sig, ReduceOp::Sum, |tr, ctx, algos| {
-                // An input apart from every output goes to the algorithm, which copies it
-                // into the own block when it suits it (shared memory: from cache); one that
-                // is (part of) an output, as all_gather_into_tensor in place, is copied first.
-                let apart = !any_overlap(&[input.buf], &outputs);
-                if !apart {
-                    // SAFETY: both views are alive until the Work completes; no slice of
-                    // either exists, and ptr::copy allows them to overlap.
-                    unsafe {
-                        std::ptr::copy(
-                            input.buf.as_mut_ptr(),
-                            outputs[rank].as_mut_ptr(),
-                            input.nbytes(),
-                        )
-                    };
-                }
-                // SAFETY: the caller keeps every output alive and untouched until completion;
-                // output blocks are distinct from each other.
-                let mut blocks = unsafe { mut_slices(&outputs) };
-                // SAFETY: the input is alive and untouched until completion too, and shares no
-                // byte with the outputs.
-                let src = apart.then(|| unsafe { input.buf.as_slice() });
-                algorithms::all_gather_from(tr, ctx, src, &mut blocks, algos)
+                // SAFETY: the caller keeps the input and every output alive and untouched
+                // until completion; no slice exists yet; output blocks are distinct from each
+                // other and as long as the input (checked above).
+                unsafe { all_gather_views(tr, ctx, input.buf, &outputs, rank, algos) }
             })?;
             Ok(None)
         })

@@ -42,6 +42,12 @@ impl RawBuf {
         self.len == 0
     }
 
+    /// Whether a byte of this view is also in `other` (an empty view shares nothing).
+    pub fn overlaps(&self, other: &RawBuf) -> bool {
+        let (a, b) = (self.ptr as usize, other.ptr as usize);
+        self.len > 0 && other.len > 0 && a < b + other.len && b < a + self.len
+    }
+
     /// # Safety
     /// As for [`RawBuf::new`]; the caller picks a lifetime no longer than the owner's promise.
     pub unsafe fn as_mut_slice<'a>(&self) -> &'a mut [u8] {
@@ -63,8 +69,20 @@ impl RawBuf {
     }
 }
 
+/// Up to this many (read, write) pairs [`any_overlap`] compares each pair.
+const PAIRWISE_MAX: usize = 64;
+
 /// Whether a byte of any of `reads` is also in one of `writes` (empty buffers share nothing).
 pub fn any_overlap(reads: &[RawBuf], writes: &[RawBuf]) -> bool {
+    // Few pairs (one input against a world's outputs, on every call): compare them all, with
+    // no allocation; many: sort once, O(n log n).
+    if reads.len().saturating_mul(writes.len()) <= PAIRWISE_MAX {
+        return reads.iter().any(|r| writes.iter().any(|w| r.overlaps(w)));
+    }
+    overlap_by_sorting(reads, writes)
+}
+
+fn overlap_by_sorting(reads: &[RawBuf], writes: &[RawBuf]) -> bool {
     let mut spans: Vec<(usize, usize, bool)> = reads
         .iter()
         .map(|b| (b, true))
@@ -116,6 +134,16 @@ impl Tensor {
 mod tests {
     use super::*;
 
+    /// Every case through both ways of looking: pair by pair and by sorting.
+    fn check(reads: &[RawBuf], writes: &[RawBuf], expected: bool, what: &str) {
+        assert_eq!(any_overlap(reads, writes), expected, "pairwise: {what}");
+        assert_eq!(
+            overlap_by_sorting(reads, writes),
+            expected,
+            "sorted: {what}"
+        );
+    }
+
     #[test]
     fn overlap_is_found_between_reads_and_writes_only() {
         let mut mem = [0u8; 64];
@@ -123,30 +151,72 @@ mod tests {
         // SAFETY: every view lies inside `mem`, and none is read or written.
         let at = |off: usize, len: usize| unsafe { RawBuf::new(base.add(off), len) };
         let (reads, writes) = ([at(0, 16), at(16, 16)], [at(32, 16), at(48, 16)]);
+        check(&reads, &writes, false, "apart");
+        check(&writes, &reads, false, "apart, swapped");
+        check(
+            &[at(0, 16), at(8, 16)],
+            &[at(24, 8)],
+            false,
+            "reads may overlap reads",
+        );
+        check(
+            &reads,
+            &[at(31, 2)],
+            true,
+            "one shared byte at the end of a read",
+        );
+        check(&[at(40, 4)], &[at(32, 16)], true, "a read inside a write");
+        check(&[at(0, 64)], &[at(60, 1)], true, "a write inside a read");
+        check(
+            &[at(0, 4), at(30, 2)],
+            &[at(8, 40), at(10, 2)],
+            true,
+            "a short write after a long one: the furthest end counts, not the last",
+        );
+        check(
+            &[at(8, 0)],
+            &[at(0, 64)],
+            false,
+            "an empty read shares nothing",
+        );
+        check(&[at(0, 8)], &[at(0, 8)], true, "the same block");
+    }
+
+    #[test]
+    fn many_blocks_are_sorted_and_agree_with_pairs() {
+        let mut mem = [0u8; 256];
+        let base = mem.as_mut_ptr();
+        // SAFETY: every view lies inside `mem`, and none is read or written.
+        let at = |off: usize, len: usize| unsafe { RawBuf::new(base.add(off), len) };
+        // 9 x 9 pairs: past PAIRWISE_MAX, so any_overlap sorts.
+        let reads: Vec<RawBuf> = (0..9).map(|i| at(i * 8, 8)).collect();
+        let writes: Vec<RawBuf> = (0..9).map(|i| at(128 + i * 8, 8)).collect();
+        assert!(reads.len() * writes.len() > PAIRWISE_MAX);
         assert!(!any_overlap(&reads, &writes));
-        assert!(!any_overlap(&writes, &reads));
+        let mut touching = writes.clone();
+        touching[4] = at(71, 1);
         assert!(
-            !any_overlap(&[at(0, 16), at(8, 16)], &[at(24, 8)]),
-            "reads may overlap reads"
+            any_overlap(&reads, &touching),
+            "the last byte of the last read"
         );
-        assert!(
-            any_overlap(&reads, &[at(31, 2)]),
-            "one shared byte at the end of a read"
-        );
-        assert!(
-            any_overlap(&[at(40, 4)], &[at(32, 16)]),
-            "a read inside a write"
-        );
-        assert!(
-            any_overlap(&[at(0, 64)], &[at(60, 1)]),
-            "a write inside a read"
-        );
-        // A short write after a long one: the furthest end counts, not the last.
-        assert!(any_overlap(&[at(0, 4), at(30, 2)], &[at(8, 40), at(10, 2)]));
-        assert!(
-            !any_overlap(&[at(8, 0)], &[at(0, 64)]),
-            "an empty read shares nothing"
-        );
-        assert!(any_overlap(&[at(0, 8)], &[at(0, 8)]), "the same block");
+        // Pseudo-random views: both ways agree.
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = |bound: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % bound as u64) as usize
+        };
+        for _ in 0..500 {
+            let (nr, nw) = (1 + next(12), 1 + next(12));
+            let mut view = || {
+                let off = next(240);
+                at(off, next(16))
+            };
+            let reads: Vec<RawBuf> = (0..nr).map(|_| view()).collect();
+            let writes: Vec<RawBuf> = (0..nw).map(|_| view()).collect();
+            let pairwise = reads.iter().any(|r| writes.iter().any(|w| r.overlaps(w)));
+            assert_eq!(overlap_by_sorting(&reads, &writes), pairwise);
+        }
     }
 }

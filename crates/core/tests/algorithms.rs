@@ -686,7 +686,9 @@ fn all_to_all_every_algorithm_even_and_uneven() {
     for (name, layout, algo) in algos {
         for n in 1..=5 {
             let large = name == "pairwise" && n <= 3;
-            let numels = [0, 1, 33, 270_001, LARGE_BLOCK];
+            // Even blocks of up to INLINE_BYTES / n bytes travel in the flag entry.
+            let inline_most = INLINE_BYTES / n;
+            let numels = [0, 1, 33, inline_most, inline_most + 1, 270_001, LARGE_BLOCK];
             for numel in numels.into_iter().filter(|&m| large || m != LARGE_BLOCK) {
                 for uneven in [false, true] {
                     let len = |from: usize, to: usize| {
@@ -719,6 +721,23 @@ fn all_to_all_every_algorithm_even_and_uneven() {
                 }
             }
         }
+    }
+}
+
+#[test]
+fn all_to_all_blocks_that_contradict_the_count_are_invalid() {
+    let c = ctx(CollectiveKind::AllToAll, DType::U8, ReduceOp::Sum, 2);
+    let errs = run_on(&[0, 0, 0], |t| {
+        let sends = [&[1u8][..]; 3];
+        let mut owned = vec![vec![0u8; 1]; 3];
+        let mut recvs: Vec<&mut [u8]> = owned.iter_mut().map(|v| v.as_mut_slice()).collect();
+        alltoall::shm::all_to_all(t, &c, &sends, &mut recvs).unwrap_err()
+    });
+    for e in errs {
+        assert!(
+            matches!(&e, Error::InvalidArgument(m) if m.contains("blocks of 2 bytes agreed")),
+            "{e:?}"
+        );
     }
 }
 

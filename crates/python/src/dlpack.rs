@@ -56,6 +56,17 @@ struct ExchangeApi {
 const KDL_CPU: i32 = 1;
 const CAPSULE_NAME: &CStr = c"dlpack_exchange_api";
 
+/// A contiguous CPU tensor of a supported dtype, as the fast path reads it.
+pub struct CpuBuffer {
+    pub ptr: usize,
+    pub numel: usize,
+    /// rustdist's dtype code.
+    pub code: u8,
+    /// Its length along dimension 0 (None for a 0-dim tensor), when read with the buffer;
+    /// None: not read.
+    pub rows: Option<Option<usize>>,
+}
+
 /// Reads plain tensors of one type through its exchange API.
 pub struct DlpackReader {
     read: FromPyObject,
@@ -108,9 +119,9 @@ impl DlpackReader {
         Some(unsafe { out.assume_init() })
     }
 
-    /// (data pointer, numel, dtype code) of `x`, a torch.Tensor, when it is a contiguous CPU
-    /// tensor of a supported dtype; None otherwise (the caller takes the Python path).
-    pub fn cpu_buffer(&self, x: &Bound<'_, PyAny>) -> Option<(usize, usize, u8)> {
+    /// `x`, a torch.Tensor, when it is a contiguous CPU tensor of a supported dtype; None
+    /// otherwise (the caller takes the Python path).
+    pub fn cpu_buffer(&self, x: &Bound<'_, PyAny>) -> Option<CpuBuffer> {
         let t = self.dl_tensor(x)?;
         if t.device_type != KDL_CPU {
             return None;
@@ -140,6 +151,15 @@ impl DlpackReader {
             }
         }
         let ptr = (t.data as usize).checked_add(usize::try_from(t.byte_offset).ok()?)?;
-        Some((ptr, usize::try_from(numel).ok()?, code))
+        let rows = match shape.first() {
+            Some(&rows) => Some(usize::try_from(rows).ok()?),
+            None => None,
+        };
+        Some(CpuBuffer {
+            ptr,
+            numel: usize::try_from(numel).ok()?,
+            code,
+            rows: Some(rows),
+        })
     }
 }

@@ -1,16 +1,24 @@
-//! `_core.FastPath`: the usual synchronous call of a hot collective (a plain contiguous CPU
-//! tensor, the default op, a rustdist group, no DETAIL checks) goes from Python straight to
-//! the engine; any other call, and every error of the checks, goes to the Python function it
-//! stands in for, which handles the rest of torch.distributed's semantics. The Python layer
+//! `_core.fast_function`: the usual synchronous call of a hot collective (a plain contiguous
+//! CPU tensor, the default op, a rustdist group, no DETAIL checks) goes from Python straight
+//! to the engine; any other call, and every error of the checks, goes to the Python function
+//! it stands in for, which handles the rest of torch.distributed's semantics. The Python layer
 //! costs about as much as the collective itself on small messages, which is why this exists.
+//! The functions are builtins called with CPython's vectorcall convention (METH_FASTCALL):
+//! arguments arrive as an array with the keywords' names, so a call builds no tuple, no dict
+//! and no Python frame.
+
+use std::ffi::CString;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use pyo3::exceptions::PyValueError;
+use pyo3::ffi;
 use pyo3::intern;
+use pyo3::panic::PanicException;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyDict, PyString, PyTuple, PyType};
 
-use crate::dlpack::DlpackReader;
+use crate::dlpack::{CpuBuffer, DlpackReader};
 use crate::group::{ExchangeBlocks, GatherOutputs, PyProcessGroup};
 
 /// What the fast path needs from the Python side, set once by `fast_init`.
@@ -86,7 +94,28 @@ enum Op {
     Barrier,
 }
 
+/// Every op, indexed by its discriminant.
+const OPS: [Op; 6] = [
+    Op::AllReduce,
+    Op::Broadcast,
+    Op::AllGatherIntoTensor,
+    Op::ReduceScatterTensor,
+    Op::AllToAllSingle,
+    Op::Barrier,
+];
+
 impl Op {
+    fn name(self) -> &'static str {
+        match self {
+            Op::AllReduce => "all_reduce",
+            Op::Broadcast => "broadcast",
+            Op::AllGatherIntoTensor => "all_gather_into_tensor",
+            Op::ReduceScatterTensor => "reduce_scatter_tensor",
+            Op::AllToAllSingle => "all_to_all_single",
+            Op::Barrier => "barrier",
+        }
+    }
+
     /// The Python function's parameters, in order.
     fn params(self) -> &'static [&'static str] {
         match self {
@@ -107,34 +136,59 @@ impl Op {
     }
 }
 
-/// A hot collective's fast path in front of its Python function (see the module doc).
-#[pyclass(module = "rustdist._core", frozen)]
-pub struct FastPath {
-    op: Op,
-    python: Py<PyAny>,
-}
+/// The Python function each op stands in for (set by [`fast_function`]).
+static PYTHON: [PyOnceLock<Py<PyAny>>; OPS.len()] = [const { PyOnceLock::new() }; OPS.len()];
 
 /// The most parameters a fast-path function has.
 const MAX_PARAMS: usize = 6;
 
+/// Arguments bound to parameters by position.
+type Bound6<'py> = [Option<Bound<'py, PyAny>>; MAX_PARAMS];
+
+/// A vectorcall's arguments: the positional ones, then one value per keyword `kwnames` names.
+struct Args<'a, 'py> {
+    py: Python<'py>,
+    ptrs: &'a [*mut ffi::PyObject],
+    kwnames: Option<Bound<'py, PyTuple>>,
+}
+
+impl<'a, 'py> Args<'a, 'py> {
+    /// How many are positional.
+    fn positional(&self) -> usize {
+        self.ptrs.len() - self.kwnames.as_ref().map_or(0, |k| k.len())
+    }
+
+    fn iter(&self) -> impl ExactSizeIterator<Item = Borrowed<'a, 'py, PyAny>> {
+        let py = self.py;
+        // SAFETY: CPython keeps every argument of a call alive until the call returns, and
+        // `Args` lives no longer than the call.
+        self.ptrs
+            .iter()
+            .map(move |&p| unsafe { Borrowed::from_ptr(py, p) })
+    }
+}
+
 /// The call's arguments by parameter position; None when they do not bind plainly (too
 /// many, unknown or repeated keywords: Python raises the right error).
-fn bind<'py>(
-    params: &[&str],
-    args: &Bound<'py, PyTuple>,
-    kwargs: Option<&Bound<'py, PyDict>>,
-) -> Option<[Option<Bound<'py, PyAny>>; MAX_PARAMS]> {
-    if args.len() > params.len() {
+fn bind<'py>(params: &[&str], args: &Args<'_, 'py>) -> Option<Bound6<'py>> {
+    let positional = args.positional();
+    if positional > params.len() {
         return None;
     }
-    let mut bound: [Option<Bound<'py, PyAny>>; MAX_PARAMS] = Default::default();
-    for (slot, arg) in bound.iter_mut().zip(args.iter()) {
-        *slot = Some(arg);
+    let mut bound: Bound6<'py> = Default::default();
+    for (slot, arg) in bound.iter_mut().zip(args.iter().take(positional)) {
+        *slot = Some(arg.to_owned());
     }
-    for (key, value) in kwargs.into_iter().flatten() {
-        let key = key.cast::<PyString>().ok()?.to_cow().ok()?;
+    for (key, value) in args
+        .kwnames
+        .iter()
+        .flatten()
+        .zip(args.iter().skip(positional))
+    {
+        let key = key.cast_into::<PyString>().ok()?;
+        let key = key.to_str().ok()?;
         let i = params.iter().position(|p| *p == key)?;
-        if bound[i].replace(value).is_some() {
+        if bound[i].replace(value.to_owned()).is_some() {
             return None;
         }
     }
@@ -152,8 +206,8 @@ fn synchronous(arg: &Option<Bound<'_, PyAny>>) -> bool {
         .is_none_or(|a| a.is(PyBool::new(a.py(), false).as_any()))
 }
 
-/// (data pointer, numel, dtype code) of a plain contiguous CPU tensor of a supported dtype.
-fn cpu_tensor(st: &State, x: &Bound<'_, PyAny>) -> PyResult<Option<(usize, usize, u8)>> {
+/// `x` when it is a plain contiguous CPU tensor of a supported dtype.
+fn cpu_tensor(st: &State, x: &Bound<'_, PyAny>) -> PyResult<Option<CpuBuffer>> {
     let py = x.py();
     if !x.get_type().is(st.tensor.bind(py)) {
         return Ok(None);
@@ -175,7 +229,12 @@ fn cpu_tensor(st: &State, x: &Bound<'_, PyAny>) -> PyResult<Option<(usize, usize
     }
     let ptr = address(&x.call_method0(intern!(py, "data_ptr"))?)?;
     let numel = x.call_method0(intern!(py, "numel"))?.extract()?;
-    Ok(Some((ptr, numel, code)))
+    Ok(Some(CpuBuffer {
+        ptr,
+        numel,
+        code,
+        rows: None,
+    }))
 }
 
 /// The int `x` as an address. `extract::<usize>` converts through `PyLong_AsUnsignedLongLong`,
@@ -193,21 +252,25 @@ fn address(x: &Bound<'_, PyAny>) -> PyResult<usize> {
     usize::try_from(v).map_err(|_| PyValueError::new_err("address out of range"))
 }
 
-/// Whether `x` (`numel` elements) has a dimension 0 that splits into `size` equal blocks
-/// (else torch's error comes from Python). A 1-D tensor's rows are its elements, which saves
-/// building its shape.
-fn rows_divide(x: &Bound<'_, PyAny>, numel: usize, size: usize) -> PyResult<bool> {
+/// Whether tensor `x` (read as `buf`) has a dimension 0 that splits into `size` equal blocks
+/// (else torch's error comes from Python). Asks torch only when the read did not tell; then
+/// a 1-D tensor's rows are its elements, which saves building its shape.
+fn rows_divide(x: &Bound<'_, PyAny>, buf: &CpuBuffer, size: usize) -> PyResult<bool> {
     let py = x.py();
-    let rows = match x.call_method0(intern!(py, "dim"))?.extract::<usize>()? {
-        0 => return Ok(false),
-        1 => numel,
-        _ => x
-            .getattr(intern!(py, "shape"))?
-            .cast::<PyTuple>()?
-            .get_item(0)?
-            .extract()?,
+    let rows = match buf.rows {
+        Some(rows) => rows,
+        None => match x.call_method0(intern!(py, "dim"))?.extract::<usize>()? {
+            0 => None,
+            1 => Some(buf.numel),
+            _ => Some(
+                x.getattr(intern!(py, "shape"))?
+                    .cast::<PyTuple>()?
+                    .get_item(0)?
+                    .extract()?,
+            ),
+        },
     };
-    Ok(rows % size == 0)
+    Ok(rows.is_some_and(|rows| rows % size == 0))
 }
 
 /// Whether `op` is absent or SUM (a `ReduceOp.SUM` value or a ReduceOp holding it, as
@@ -262,120 +325,120 @@ enum Ready<'py> {
 /// (data pointer, numel, dtype code).
 type Buf = (usize, usize, u8);
 
-impl FastPath {
-    /// The call, when it is the usual kind; None hands it to Python (also when a check
-    /// fails with an error: Python raises the error torch.distributed would).
-    fn ready<'py>(
-        &self,
-        py: Python<'py>,
-        args: &Bound<'py, PyTuple>,
-        kwargs: Option<&Bound<'py, PyDict>>,
-    ) -> PyResult<Option<Ready<'py>>> {
-        let Some(st) = STATE.get(py) else {
-            return Ok(None);
-        };
-        let Some(a) = bind(self.op.params(), args, kwargs) else {
-            return Ok(None);
-        };
-        let detail = st.debug.bind(py).get_item(intern!(py, "detail"))?;
-        if detail.is_none_or(|d| !d.is(PyBool::new(py, false).as_any())) {
-            return Ok(None);
-        }
-        Ok(match self.op {
-            Op::AllReduce => {
-                let (Some(t), true, true) = (given(&a[0]), is_sum(st, &a[1])?, synchronous(&a[3]))
-                else {
-                    return Ok(None);
-                };
-                match (rustdist_group(st, py, &a[2])?, cpu_tensor(st, t)?) {
-                    (Some((_, core)), Some(buf)) => Some(Ready::AllReduce(core, buf)),
-                    _ => None,
-                }
+impl CpuBuffer {
+    fn buf(&self) -> Buf {
+        (self.ptr, self.numel, self.code)
+    }
+}
+
+/// The call of `op` with arguments `a`, when it is the usual kind; None hands it to Python
+/// (also when a check fails with an error: Python raises the error torch.distributed would).
+fn ready<'py>(op: Op, py: Python<'py>, a: &Bound6<'py>) -> PyResult<Option<Ready<'py>>> {
+    let Some(st) = STATE.get(py) else {
+        return Ok(None);
+    };
+    let detail = st.debug.bind(py).get_item(intern!(py, "detail"))?;
+    if detail.is_none_or(|d| !d.is(PyBool::new(py, false).as_any())) {
+        return Ok(None);
+    }
+    Ok(match op {
+        Op::AllReduce => {
+            let (Some(t), true, true) = (given(&a[0]), is_sum(st, &a[1])?, synchronous(&a[3]))
+            else {
+                return Ok(None);
+            };
+            match (rustdist_group(st, py, &a[2])?, cpu_tensor(st, t)?) {
+                (Some((_, core)), Some(buf)) => Some(Ready::AllReduce(core, buf.buf())),
+                _ => None,
             }
-            Op::Broadcast => {
-                let (Some(t), true) = (given(&a[0]), synchronous(&a[3])) else {
-                    return Ok(None);
-                };
-                let (Some((pg, core)), Some(buf)) =
-                    (rustdist_group(st, py, &a[2])?, cpu_tensor(st, t)?)
-                else {
-                    return Ok(None);
-                };
-                let root = match (given(&a[1]), given(&a[4])) {
-                    (None, Some(group_src)) => group_src.extract::<usize>()?,
-                    (Some(src), None) => {
-                        let ranks = pg.getattr(intern!(py, "_group_ranks"))?;
-                        if ranks.is_none() {
-                            src.extract::<usize>()?
-                        } else {
-                            match ranks.cast::<PyDict>()?.get_item(src)? {
-                                Some(r) => r.extract()?,
-                                None => return Ok(None),
-                            }
+        }
+        Op::Broadcast => {
+            let (Some(t), true) = (given(&a[0]), synchronous(&a[3])) else {
+                return Ok(None);
+            };
+            let (Some((pg, core)), Some(buf)) =
+                (rustdist_group(st, py, &a[2])?, cpu_tensor(st, t)?)
+            else {
+                return Ok(None);
+            };
+            let root = match (given(&a[1]), given(&a[4])) {
+                (None, Some(group_src)) => group_src.extract::<usize>()?,
+                (Some(src), None) => {
+                    let ranks = pg.getattr(intern!(py, "_group_ranks"))?;
+                    if ranks.is_none() {
+                        src.extract::<usize>()?
+                    } else {
+                        match ranks.cast::<PyDict>()?.get_item(src)? {
+                            Some(r) => r.extract()?,
+                            None => return Ok(None),
                         }
                     }
-                    _ => return Ok(None),
-                };
-                (root < core.get().size()).then_some(Ready::Broadcast(core, buf, root))
-            }
-            Op::AllGatherIntoTensor | Op::ReduceScatterTensor => {
-                let gather = matches!(self.op, Op::AllGatherIntoTensor);
-                let (op_ok, group, sync) = if gather {
-                    (true, &a[2], synchronous(&a[3]))
-                } else {
-                    (is_sum(st, &a[2])?, &a[3], synchronous(&a[4]))
-                };
-                let (Some(out), Some(inp), true, true) = (given(&a[0]), given(&a[1]), op_ok, sync)
-                else {
-                    return Ok(None);
-                };
-                let (Some((_, core)), Some(o), Some(i)) = (
-                    rustdist_group(st, py, group)?,
-                    cpu_tensor(st, out)?,
-                    cpu_tensor(st, inp)?,
-                ) else {
-                    return Ok(None);
-                };
-                let (big, small) = if gather { (o, i) } else { (i, o) };
-                if big.2 != small.2 || big.1 != core.get().size() * small.1 {
-                    return Ok(None);
                 }
-                Some(if gather {
-                    Ready::AllGather(core, small, big.0)
-                } else {
-                    Ready::ReduceScatter(core, big.0, small)
-                })
+                _ => return Ok(None),
+            };
+            (root < core.get().size()).then_some(Ready::Broadcast(core, buf.buf(), root))
+        }
+        Op::AllGatherIntoTensor | Op::ReduceScatterTensor => {
+            let gather = matches!(op, Op::AllGatherIntoTensor);
+            let (op_ok, group, sync) = if gather {
+                (true, &a[2], synchronous(&a[3]))
+            } else {
+                (is_sum(st, &a[2])?, &a[3], synchronous(&a[4]))
+            };
+            let (Some(out), Some(inp), true, true) = (given(&a[0]), given(&a[1]), op_ok, sync)
+            else {
+                return Ok(None);
+            };
+            let (Some((_, core)), Some(o), Some(i)) = (
+                rustdist_group(st, py, group)?,
+                cpu_tensor(st, out)?,
+                cpu_tensor(st, inp)?,
+            ) else {
+                return Ok(None);
+            };
+            let (big, small) = if gather {
+                (o.buf(), i.buf())
+            } else {
+                (i.buf(), o.buf())
+            };
+            if big.2 != small.2 || big.1 != core.get().size() * small.1 {
+                return Ok(None);
             }
-            Op::AllToAllSingle => {
-                let (Some(out), Some(inp), None, None, true) = (
-                    given(&a[0]),
-                    given(&a[1]),
-                    given(&a[2]),
-                    given(&a[3]),
-                    synchronous(&a[5]),
-                ) else {
-                    return Ok(None);
-                };
-                let (Some((_, core)), Some(o), Some(i)) = (
-                    rustdist_group(st, py, &a[4])?,
-                    cpu_tensor(st, out)?,
-                    cpu_tensor(st, inp)?,
-                ) else {
-                    return Ok(None);
-                };
-                let size = core.get().size();
-                let equal = o.1 == i.1 && o.2 == i.2;
-                (equal && rows_divide(out, o.1, size)? && rows_divide(inp, i.1, size)?)
-                    .then_some(Ready::AllToAll(core, o, i))
+            Some(if gather {
+                Ready::AllGather(core, small, big.0)
+            } else {
+                Ready::ReduceScatter(core, big.0, small)
+            })
+        }
+        Op::AllToAllSingle => {
+            let (Some(out), Some(inp), None, None, true) = (
+                given(&a[0]),
+                given(&a[1]),
+                given(&a[2]),
+                given(&a[3]),
+                synchronous(&a[5]),
+            ) else {
+                return Ok(None);
+            };
+            let (Some((_, core)), Some(o), Some(i)) = (
+                rustdist_group(st, py, &a[4])?,
+                cpu_tensor(st, out)?,
+                cpu_tensor(st, inp)?,
+            ) else {
+                return Ok(None);
+            };
+            let size = core.get().size();
+            let equal = o.numel == i.numel && o.code == i.code;
+            (equal && rows_divide(out, &o, size)? && rows_divide(inp, &i, size)?)
+                .then_some(Ready::AllToAll(core, o.buf(), i.buf()))
+        }
+        Op::Barrier => {
+            if !synchronous(&a[1]) || given(&a[2]).is_some() || given(&a[3]).is_some() {
+                return Ok(None);
             }
-            Op::Barrier => {
-                if !synchronous(&a[1]) || given(&a[2]).is_some() || given(&a[3]).is_some() {
-                    return Ok(None);
-                }
-                rustdist_group(st, py, &a[0])?.map(|(_, core)| Ready::Barrier(core))
-            }
-        })
-    }
+            rustdist_group(st, py, &a[0])?.map(|(_, core)| Ready::Barrier(core))
+        }
+    })
 }
 
 /// Runs a call that took the fast path, synchronously, on the engine.
@@ -411,83 +474,129 @@ fn run(py: Python<'_>, call: Ready<'_>) -> PyResult<()> {
     Ok(())
 }
 
-#[pymethods]
-impl FastPath {
-    /// The fast path of `name` (all_reduce, broadcast, all_gather_into_tensor,
-    /// reduce_scatter_tensor, all_to_all_single or barrier) in front of `python`, the
-    /// function with its full semantics.
-    #[new]
-    fn new(name: &str, python: Py<PyAny>) -> PyResult<Self> {
-        let op = match name {
-            "all_reduce" => Op::AllReduce,
-            "broadcast" => Op::Broadcast,
-            "all_gather_into_tensor" => Op::AllGatherIntoTensor,
-            "reduce_scatter_tensor" => Op::ReduceScatterTensor,
-            "all_to_all_single" => Op::AllToAllSingle,
-            "barrier" => Op::Barrier,
-            _ => return Err(PyValueError::new_err(format!("no fast path for {name:?}"))),
-        };
-        Ok(FastPath { op, python })
-    }
-
-    #[pyo3(signature = (*args, **kwargs))]
-    fn __call__(
-        &self,
-        py: Python<'_>,
-        args: &Bound<'_, PyTuple>,
-        kwargs: Option<&Bound<'_, PyDict>>,
-    ) -> PyResult<Py<PyAny>> {
-        let Ok(Some(call)) = self.ready(py, args, kwargs) else {
-            return self.python.call(py, args, kwargs);
-        };
-        match run(py, call) {
-            Ok(()) => Ok(py.None()),
-            Err(e) => {
-                // As the Python function's exception_logger would have.
-                if let Some(st) = STATE.get(py) {
-                    let name = self.python.getattr(py, intern!(py, "__name__"))?;
-                    st.log.call1(py, (name, e.value(py)))?;
-                }
-                Err(e)
+/// The call of `op` with `args`, on the fast path or through its Python function.
+fn call(op: Op, args: &Args<'_, '_>) -> PyResult<Py<PyAny>> {
+    let py = args.py;
+    let bound = bind(op.params(), args);
+    let Some(Ok(Some(ready))) = bound.as_ref().map(|a| ready(op, py, a)) else {
+        return fallback(op, args);
+    };
+    match run(py, ready) {
+        Ok(()) => Ok(py.None()),
+        Err(e) => {
+            // As the Python function's exception_logger would have.
+            if let Some(st) = STATE.get(py) {
+                st.log.call1(py, (op.name(), e.value(py)))?;
             }
+            Err(e)
         }
     }
+}
 
-    /// The Python function (inspect.signature follows it).
-    #[getter]
-    fn __wrapped__(&self, py: Python<'_>) -> Py<PyAny> {
-        self.python.clone_ref(py)
-    }
+/// The call handed to the Python function, as a tuple and a dict.
+fn fallback(op: Op, args: &Args<'_, '_>) -> PyResult<Py<PyAny>> {
+    let py = args.py;
+    let python = PYTHON[op as usize].get(py).ok_or_else(|| {
+        PyValueError::new_err(format!("the fast path of {} is not set up", op.name()))
+    })?;
+    let positional = args.positional();
+    let tuple = PyTuple::new(py, args.iter().take(positional))?;
+    let kwargs = match &args.kwnames {
+        Some(names) => {
+            let dict = PyDict::new(py);
+            for (name, value) in names.iter().zip(args.iter().skip(positional)) {
+                dict.set_item(name, value)?;
+            }
+            Some(dict)
+        }
+        None => None,
+    };
+    python.call(py, tuple, kwargs.as_ref())
+}
 
-    #[getter]
-    fn __doc__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        self.python.getattr(py, intern!(py, "__doc__"))
-    }
+/// CPython's entry for op number `OP` (METH_FASTCALL | METH_KEYWORDS): `nargs` positional
+/// arguments at `args`, then one value per name in `kwnames` (a tuple, or null).
+unsafe extern "C" fn vectorcall<const OP: usize>(
+    _module: *mut ffi::PyObject,
+    args: *const *mut ffi::PyObject,
+    nargs: ffi::Py_ssize_t,
+    kwnames: *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
+    // SAFETY: CPython calls a builtin with this thread attached to the interpreter.
+    let py = unsafe { Python::assume_attached() };
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: kwnames is null or a tuple of str that CPython keeps alive for the call.
+        let kwnames = unsafe { Borrowed::from_ptr_or_opt(py, kwnames) }
+            .map(|k| k.to_owned().cast_into::<PyTuple>())
+            .transpose()?;
+        let total = usize::try_from(nargs).unwrap_or(0) + kwnames.as_ref().map_or(0, |k| k.len());
+        let ptrs = if total == 0 {
+            &[]
+        } else {
+            // SAFETY: `args` holds `total` references, live for the call (METH_FASTCALL).
+            unsafe { std::slice::from_raw_parts(args, total) }
+        };
+        call(OPS[OP], &Args { py, ptrs, kwnames })
+    }));
+    let error = match outcome {
+        Ok(Ok(value)) => return value.into_ptr(),
+        Ok(Err(e)) => e,
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "panic in rustdist's fast path".into());
+            PanicException::new_err(what)
+        }
+    };
+    error.restore(py);
+    std::ptr::null_mut()
+}
 
-    #[getter]
-    fn __name__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        self.python.getattr(py, intern!(py, "__name__"))
-    }
+/// Each op's entry, indexed as [`OPS`].
+const ENTRIES: [ffi::PyCFunctionFastWithKeywords; OPS.len()] = [
+    vectorcall::<0>,
+    vectorcall::<1>,
+    vectorcall::<2>,
+    vectorcall::<3>,
+    vectorcall::<4>,
+    vectorcall::<5>,
+];
 
-    #[getter]
-    fn __qualname__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        self.python.getattr(py, intern!(py, "__qualname__"))
-    }
-
-    #[getter]
-    fn __module__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        self.python.getattr(py, intern!(py, "__module__"))
-    }
-
-    /// Pickled by name, as functions are.
-    fn __reduce__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        self.python.getattr(py, intern!(py, "__qualname__"))
-    }
-
-    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
-        Ok(format!(
-            "<rustdist function {}>",
-            self.python.getattr(py, intern!(py, "__qualname__"))?
-        ))
-    }
+/// The fast function of `name` (all_reduce, broadcast, all_gather_into_tensor,
+/// reduce_scatter_tensor, all_to_all_single or barrier) in front of `python`, the function
+/// with its full semantics: a builtin of module `module` whose docstring is `doc` (its first
+/// lines may give the signature, `name(params)\n--\n\n`, as CPython's builtins do).
+#[pyfunction]
+pub fn fast_function(
+    py: Python<'_>,
+    name: &str,
+    python: Py<PyAny>,
+    module: &str,
+    doc: &str,
+) -> PyResult<Py<PyAny>> {
+    let Some(index) = OPS.iter().position(|op| op.name() == name) else {
+        return Err(PyValueError::new_err(format!("no fast path for {name:?}")));
+    };
+    let _ = PYTHON[index].set(py, python);
+    let text = |s: &str| {
+        CString::new(s).map_err(|_| PyValueError::new_err("a name or docstring with a NUL byte"))
+    };
+    // CPython keeps a pointer to the definition for the function's whole life; one per op
+    // and call (a handful per process), so it is leaked on purpose.
+    let def = Box::leak(Box::new(ffi::PyMethodDef {
+        ml_name: text(name)?.into_raw(),
+        ml_meth: ffi::PyMethodDefPointer {
+            PyCFunctionFastWithKeywords: ENTRIES[index],
+        },
+        ml_flags: ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
+        ml_doc: text(doc)?.into_raw(),
+    }));
+    let module = PyString::new(py, module);
+    // SAFETY: `def` lives forever; a null self makes a plain function; `module` is a live str
+    // (the function holds its own reference).
+    let function = unsafe { ffi::PyCFunction_NewEx(def, std::ptr::null_mut(), module.as_ptr()) };
+    // SAFETY: a new reference, or null with a Python error set.
+    Ok(unsafe { Bound::from_owned_ptr_or_err(py, function) }?.unbind())
 }

@@ -183,19 +183,19 @@ impl PyProcessGroup {
     ) -> CoreResult<Option<PyWork>> {
         let kind = CollectiveKind::from_name(kind)?;
         let size = self.pg.size();
+        let block = |(peer, ptr, numel): (usize, usize, usize)| -> CoreResult<(usize, RawBuf)> {
+            Ok((peer, tensor(ptr, numel, dtype)?.buf))
+        };
         let list = |blocks: ExchangeBlocks| -> CoreResult<Vec<(usize, RawBuf)>> {
-            let list = match blocks {
-                ExchangeBlocks::Listed(list) => list,
+            match blocks {
+                ExchangeBlocks::Listed(list) => list.into_iter().map(block).collect(),
                 ExchangeBlocks::Uniform(base) => {
                     let step = count as usize * DType::from_code(dtype)?.size();
                     (0..size)
-                        .map(|r| (r, base + r * step, count as usize))
+                        .map(|r| block((r, base + r * step, count as usize)))
                         .collect()
                 }
-            };
-            list.into_iter()
-                .map(|(peer, ptr, numel)| Ok((peer, tensor(ptr, numel, dtype)?.buf)))
-                .collect()
+            }
         };
         let blocks = Blocks {
             sends: list(sends)?,

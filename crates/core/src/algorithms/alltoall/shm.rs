@@ -4,9 +4,10 @@
 //! every rank what each sends to whom, so the number of steps agrees and a rank that
 //! expects another size fails naming both.
 
-use crate::algorithms::common::{region_bytes, shared, wait_all};
+use crate::algorithms::common::{contribution, publish_data, region_bytes, shared, wait_all};
 use crate::error::{Error, Result};
-use crate::transport::{OpCtx, Transport};
+use crate::transport::workspace::INLINE_BYTES;
+use crate::transport::{OpCtx, SharedMemory, Transport};
 
 /// Sends `sends[q]` to rank q and receives rank q's block for this rank into `recvs[q]`.
 pub fn all_to_all(
@@ -22,6 +23,10 @@ pub fn all_to_all(
     }
     let ws = shared(t, ctx)?;
     let n = ws.local_size();
+    let block = ctx.sig.count as usize * ctx.sig.dtype.size();
+    if ctx.sig.count > 0 && n * block <= INLINE_BYTES {
+        return inline(ws, ctx, sends, recvs, block);
+    }
     let region = region_bytes(n, 1);
     let longest = if ctx.sig.count > 0 {
         recvs.iter().map(|r| r.len()).max().unwrap_or(0)
@@ -73,6 +78,37 @@ pub fn all_to_all(
             }
         }
         at += region;
+    }
+    Ok(())
+}
+
+/// Blocks of `block` bytes that all fit in one flag entry: each rank publishes them there in
+/// one step, and every rank reads its own from each peer's entry (no slot lines to fetch).
+fn inline(
+    ws: &mut dyn SharedMemory,
+    ctx: &OpCtx,
+    sends: &[&[u8]],
+    recvs: &mut [&mut [u8]],
+    block: usize,
+) -> Result<()> {
+    let (n, me) = (ws.local_size(), ws.local_rank());
+    if let Some(q) = (0..n).find(|&q| sends[q].len() != block || recvs[q].len() != block) {
+        return Err(Error::invalid(format!(
+            "all_to_all: blocks of {block} bytes agreed, but this rank's blocks for rank {} \
+             have {} and {} bytes",
+            ws.group_rank(q),
+            sends[q].len(),
+            recvs[q].len()
+        )));
+    }
+    let mut entry = [0u8; INLINE_BYTES];
+    for (q, s) in sends.iter().enumerate() {
+        entry[q * block..(q + 1) * block].copy_from_slice(s);
+    }
+    publish_data(ws, ctx, &entry[..n * block])?;
+    wait_all(ws, ctx)?;
+    for (p, r) in recvs.iter_mut().enumerate().filter(|&(p, _)| p != me) {
+        r.copy_from_slice(&contribution(ws, p, n * block)[me * block..(me + 1) * block]);
     }
     Ok(())
 }
