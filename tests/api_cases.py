@@ -213,6 +213,36 @@ def _uneven(r: int) -> int:
     return (r * 7) % 5
 
 
+#: Bytes of float32 data around the size from which ranks on one host that may read each
+#: other's memory move all_gather and all_to_all data in one copy (select.rs), and well past it.
+LARGE_BYTES = [(256 << 10) - 4 * 4, 256 << 10, (3 << 20) + 4 * 4]
+
+
+def case_large_transfers(dist: Any, rank: int, world: int) -> None:
+    """all_gather_into_tensor, all_gather (lists, uneven too) and all_to_all_single of equal
+    splits at sizes around the single-copy threshold: every element right on every rank, and
+    the inputs untouched."""
+    for nbytes in LARGE_BYTES:
+        n = max(1, nbytes // 4 // world)
+        xs = [cgen("any", torch.float32, (n,), r, seed=nbytes) for r in range(world)]
+        out = torch.zeros(world * n)
+        assert dist.all_gather_into_tensor(out, xs[rank].clone()) is None
+        check(out, torch.cat(xs), f"all_gather_into_tensor of {world} x {n} float32")
+        mine = cgen("any", torch.float32, (n + rank,), rank, seed=nbytes + 1)
+        outs = [torch.zeros(n + r) for r in range(world)]
+        assert dist.all_gather(outs, mine) is None
+        for r in range(world):
+            want = cgen("any", torch.float32, (n + r,), r, seed=nbytes + 1)
+            check(outs[r], want, f"uneven all_gather of {n}+r float32: block of rank {r}")
+        rows = [cgen("any", torch.float32, (world * n,), r, seed=nbytes + 2) for r in range(world)]
+        inp = rows[rank].clone()
+        out = torch.zeros(world * n)
+        assert dist.all_to_all_single(out, inp) is None
+        check(inp, rows[rank], "all_to_all_single must not modify its input")
+        want = torch.cat([rows[r][rank * n:(rank + 1) * n] for r in range(world)])
+        check(out, want, f"all_to_all_single of {world} x {n} float32")
+
+
 def case_all_gather_uneven(dist: Any, rank: int, world: int) -> None:
     """all_gather() with a different size per rank ("uneven sized tensors are supported")."""
     for dtype in dtypes_for(["float32", "int64", "bfloat16", "uint8", "bool", "complex64"]):

@@ -66,6 +66,11 @@ def test_all_to_all(worlds: Callable[[int], World], world: int, uneven: bool) ->
     worlds(world).run(case("all_to_all"), uneven=uneven)
 
 
+@pytest.mark.parametrize("world", WORLDS)
+def test_large_transfers(worlds: Callable[[int], World], world: int) -> None:
+    worlds(world).run(case("large_transfers"))
+
+
 @pytest.mark.parametrize("uneven", [False, True], ids=["equal", "uneven"])
 @pytest.mark.parametrize("world", WORLDS)
 def test_all_to_all_single(worlds: Callable[[int], World], world: int, uneven: bool) -> None:

@@ -423,10 +423,18 @@ fn own_block_as_input(t: &dyn Transport, blocks: &mut [&mut [u8]]) -> Vec<u8> {
 #[test]
 fn all_gather_every_algorithm_world_length() {
     type GatherFn = fn(&mut dyn Transport, &OpCtx, &mut [&mut [u8]]) -> Result<()>;
-    let algos: [(&str, &[Layout], GatherFn); 7] = [
+    let algos: [(&str, &[Layout], GatherFn); 9] = [
         ("ring", &[Layout::Apart], allgather::ring::all_gather),
         ("direct", &[Layout::Apart], allgather::direct::all_gather),
         ("shm", &[Layout::Together], allgather::shm::all_gather),
+        // Each peer's block read straight from its memory (one process here: threads).
+        ("single copy", &[Layout::Together], |t, c, b| {
+            allgather::single_copy::all_gather_from(t, c, None, b)
+        }),
+        ("single copy from input", &[Layout::Together], |t, c, b| {
+            let src = own_block_as_input(t, b);
+            allgather::single_copy::all_gather_from(t, c, Some(&src), b)
+        }),
         // The input apart from the outputs; the own block starts as garbage.
         ("shm from input", &[Layout::Together], |t, c, b| {
             let src = own_block_as_input(t, b);
@@ -721,6 +729,23 @@ fn all_to_all_every_algorithm_even_and_uneven() {
                 }
             }
         }
+    }
+}
+
+#[test]
+fn single_copy_all_gather_forced_on_ranks_apart_fails() {
+    let c = ctx(CollectiveKind::AllGather, DType::U8, ReduceOp::Sum, 4);
+    let forced = AlgoOverrides::parse("all_gather=shm_single_copy").unwrap();
+    let errs = run(2, |t| {
+        let mut owned = vec![vec![0u8; 4]; 2];
+        let mut blocks: Vec<&mut [u8]> = owned.iter_mut().map(|v| v.as_mut_slice()).collect();
+        algorithms::all_gather(t, &c, &mut blocks, &forced).unwrap_err()
+    });
+    for e in errs {
+        assert!(
+            matches!(&e, Error::Runtime(m) if m.contains("shared-memory algorithm")),
+            "{e:?}"
+        );
     }
 }
 

@@ -113,6 +113,70 @@ pub(crate) fn shared<'a>(
     }
 }
 
+/// The workspace of `t` when its ranks may read each other's memory, or the error of a
+/// single-copy algorithm forced (`RUSTDIST_ALGO`) where they may not.
+pub(crate) fn single_copy_workspace<'a>(
+    t: &'a mut dyn Transport,
+    ctx: &OpCtx,
+) -> Result<&'a mut dyn SharedMemory> {
+    let ws = shared(t, ctx)?;
+    if !ws.single_copy() {
+        return Err(Error::Runtime(format!(
+            "{}: the single-copy algorithm needs ranks that may read each other's memory \
+             (process_vm_readv; check RUSTDIST_ALGO)",
+            ctx.sig.kind.name()
+        )));
+    }
+    Ok(ws)
+}
+
+/// Bytes that describe a block for single-copy reads: its address and length.
+pub(crate) const BLOCK_AT_BYTES: usize = 16;
+
+/// Where `block` lies, as peers read it back with [`read_block`].
+pub(crate) fn block_at(block: &[u8]) -> [u8; BLOCK_AT_BYTES] {
+    let mut at = [0u8; BLOCK_AT_BYTES];
+    at[..8].copy_from_slice(&(block.as_ptr() as u64).to_le_bytes());
+    at[8..].copy_from_slice(&(block.len() as u64).to_le_bytes());
+    at
+}
+
+/// Reads local rank `p`'s block, described by `at` (see [`block_at`]), into `dst` in one
+/// copy; fails naming both ranks when it is not as long as `dst`.
+pub(crate) fn read_block(
+    ws: &dyn SharedMemory,
+    ctx: &OpCtx,
+    p: usize,
+    at: &[u8],
+    dst: &mut [u8],
+) -> Result<()> {
+    let word = |i: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&at[i..i + 8]);
+        u64::from_le_bytes(w) as usize
+    };
+    let (addr, len) = (word(0), word(8));
+    if len != dst.len() {
+        return Err(Error::backend(format!(
+            "{} mismatch between ranks: rank {} expected {} bytes from rank {} but it sends \
+             {len} (collective #{})",
+            ctx.sig.kind.name(),
+            ws.group_rank(ws.local_rank()),
+            dst.len(),
+            ws.group_rank(p),
+            ctx.seq
+        )));
+    }
+    ws.read_from(ctx, p, addr, dst)
+}
+
+/// The last step of a single-copy algorithm: a rank returns (and its caller may touch its
+/// input again) only once every rank has read what it needed.
+pub(crate) fn all_read(ws: &mut dyn SharedMemory, ctx: &OpCtx) -> Result<()> {
+    publish_empty(ws, ctx)?;
+    wait_all(ws, ctx)
+}
+
 /// Publishes `data` (at most a slot) as this rank's contribution to the next step: in the
 /// flag entry when it fits, else in the slot.
 pub(crate) fn publish_data(ws: &mut dyn SharedMemory, ctx: &OpCtx, data: &[u8]) -> Result<()> {

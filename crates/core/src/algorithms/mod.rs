@@ -28,6 +28,7 @@ pub mod allgather {
     pub mod hierarchical;
     pub mod ring;
     pub mod shm;
+    pub mod single_copy;
 }
 pub mod reduce_scatter {
     pub mod ring;
@@ -199,14 +200,17 @@ pub fn all_gather_from(
         )));
     }
     let total: usize = blocks.iter().map(|b| b.len()).sum();
-    let algo = algos.all_gather(total, t.link_kind());
-    if let (Some(src), false) = (input, algo == AllGatherAlgo::Shm) {
+    let single_copy = t.shared().is_some_and(|ws| ws.single_copy());
+    let algo = algos.all_gather(total, t.link_kind(), single_copy);
+    let takes_input = matches!(algo, AllGatherAlgo::Shm | AllGatherAlgo::SingleCopy);
+    if let (Some(src), false) = (input, takes_input) {
         blocks[own].copy_from_slice(src);
     }
     match algo {
         AllGatherAlgo::Ring => allgather::ring::all_gather(t, ctx, blocks),
         AllGatherAlgo::Direct => allgather::direct::all_gather(t, ctx, blocks),
         AllGatherAlgo::Shm => allgather::shm::all_gather_from(t, ctx, input, blocks),
+        AllGatherAlgo::SingleCopy => allgather::single_copy::all_gather_from(t, ctx, input, blocks),
         AllGatherAlgo::Hierarchical => allgather::hierarchical::all_gather(t, ctx, blocks),
     }
 }

@@ -17,6 +17,7 @@ use std::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::reduce;
+use crate::transport::cma;
 use crate::transport::workspace::{Workspace, REGION_BYTES};
 use crate::transport::{Op, OpCtx, Peers, SharedMemory, Signature, Transport, WorkspaceHost};
 
@@ -134,7 +135,10 @@ pub fn mesh_on_hosts(host_of: &[usize]) -> Vec<LocalTransport> {
             let mem = memory[h].clone();
             // SAFETY: every region is REGION_BYTES, zeroed, 4096-aligned, and kept alive by
             // `_memory` as long as the workspace.
-            t.ws = Some(unsafe { Workspace::new(me, members[h].clone(), mem.regions.clone()) });
+            let ws = unsafe { Workspace::new(me, members[h].clone(), mem.regions.clone()) };
+            // One process: every rank may read the others' memory (single copy).
+            let pids = vec![cma::pid(); members[h].len()];
+            t.ws = Some(ws.with_pids(Some(pids)));
             t._memory = Some(mem);
         }
     }
@@ -407,6 +411,46 @@ mod tests {
             ReduceOp::Sum,
             Duration::from_millis(ms),
         )
+    }
+
+    #[test]
+    fn single_copy_needs_ranks_that_may_read_each_other() {
+        let mut ranks = mesh_on_hosts(&[0, 0]);
+        for t in &mut ranks {
+            t.ws = t.ws.take().map(|ws| ws.with_pids(None));
+        }
+        let c = ctx(CollectiveKind::AllGather, DType::U8, 5000);
+        for t in &mut ranks {
+            let ws = t.shared().expect("a workspace");
+            assert!(!ws.single_copy());
+            let e = crate::algorithms::allgather::single_copy::all_gather_from(
+                t,
+                &c,
+                None,
+                &mut [&mut [0u8; 2][..], &mut [0u8; 2][..]],
+            )
+            .unwrap_err();
+            assert!(e.to_string().contains("process_vm_readv"), "{e}");
+        }
+    }
+
+    #[test]
+    fn reading_a_peer_that_has_exited_is_a_network_error() {
+        let mut ranks = mesh_on_hosts(&[0, 0]);
+        let t = &mut ranks[0];
+        // Rank 1's process is gone: no process has this id.
+        t.ws =
+            t.ws.take()
+                .map(|ws| ws.with_pids(Some(vec![cma::pid(), i32::MAX])));
+        let c = ctx(CollectiveKind::AllGather, DType::U8, 5000);
+        let ws = t.shared().expect("a workspace");
+        let e = ws
+            .read_from(&c, 1, cma::probe_address(), &mut [0u8; 8])
+            .unwrap_err();
+        assert!(
+            matches!(&e, Error::Network(m) if m.contains("rank 1 has exited")),
+            "{e:?}"
+        );
     }
 
     #[test]

@@ -13,6 +13,7 @@ use crate::tensor::RawBuf;
 use crate::types::{CollectiveKind, DType, ReduceOp};
 use workspace::{Arrival, Workspace};
 
+pub mod cma;
 pub mod frame;
 pub mod heartbeat;
 pub mod local;
@@ -167,6 +168,12 @@ pub trait SharedMemory {
     fn inline(&self, local: usize, len: usize) -> &[u8];
     /// Local rank `local`'s data slot of the current step.
     fn slot(&self, local: usize) -> &[u8];
+    /// Whether [`SharedMemory::read_from`] is available: the local ranks may read each
+    /// other's memory.
+    fn single_copy(&self) -> bool;
+    /// Copies `dst.len()` bytes at address `addr` of local rank `local`'s process into `dst`
+    /// (one copy, no slot). `ctx` names the collective in the error.
+    fn read_from(&self, ctx: &OpCtx, local: usize, addr: usize, dst: &mut [u8]) -> Result<()>;
 }
 
 /// What a transport with a workspace provides; [`SharedMemory`] is built on it once for all.
@@ -251,6 +258,27 @@ impl<T: WorkspaceHost> SharedMemory for T {
 
     fn slot(&self, local: usize) -> &[u8] {
         self.workspace().map_or(&[], |ws| ws.slot(local))
+    }
+
+    fn single_copy(&self) -> bool {
+        self.workspace().is_some_and(Workspace::single_copy)
+    }
+
+    fn read_from(&self, ctx: &OpCtx, local: usize, addr: usize, dst: &mut [u8]) -> Result<()> {
+        let ws = self.workspace().ok_or_else(no_workspace)?;
+        let (len, peer) = (dst.len(), ws.group_ranks()[local]);
+        ws.read_from(local, addr, dst).map_err(|e| {
+            let what = format!(
+                "{} (collective #{}): could not read {len} bytes from rank {peer}'s memory",
+                ctx.sig.kind.name(),
+                ctx.seq,
+            );
+            match e.raw_os_error() {
+                // The peer's process is gone: as any dead peer, a network error.
+                Some(libc::ESRCH) => Error::Network(format!("{what}: rank {peer} has exited")),
+                _ => Error::backend(format!("{what}: {e}")),
+            }
+        })
     }
 }
 

@@ -27,7 +27,7 @@
 
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
-use crate::transport::Signature;
+use crate::transport::{cma, Signature};
 use crate::types::CollectiveKind;
 
 /// Bytes of a cache line: flags sit on lines of their own.
@@ -103,6 +103,8 @@ pub struct Workspace {
     /// The collective kind of the current operation and its signature word.
     kind: CollectiveKind,
     stamp: u64,
+    /// Process id of each local rank when they may read each other's memory (`cma`).
+    pids: Option<Vec<i32>>,
 }
 
 // SAFETY: the regions are shared memory mapped for the workspace's whole life (the mesh drops
@@ -128,6 +130,27 @@ impl Workspace {
             known: vec![0; n],
             kind: CollectiveKind::Barrier,
             stamp: 0,
+            pids: None,
+        }
+    }
+
+    /// The workspace, with `pids` (one per local rank) when every local rank may read every
+    /// other's memory: single-copy transfers ([`Workspace::read_from`]).
+    pub fn with_pids(mut self, pids: Option<Vec<i32>>) -> Workspace {
+        self.pids = pids.filter(|p| p.len() == self.regions.len());
+        self
+    }
+
+    /// Whether [`Workspace::read_from`] is available.
+    pub fn single_copy(&self) -> bool {
+        self.pids.is_some()
+    }
+
+    /// Copies `dst.len()` bytes at address `addr` of local rank `p`'s process into `dst`.
+    pub fn read_from(&self, p: usize, addr: usize, dst: &mut [u8]) -> std::io::Result<()> {
+        match &self.pids {
+            Some(pids) => cma::read(pids[p], addr, dst),
+            None => Err(std::io::ErrorKind::Unsupported.into()),
         }
     }
 

@@ -26,13 +26,21 @@ pub fn all_gather_from(
     input: Option<&[u8]>,
     blocks: &mut [&mut [u8]],
 ) -> Result<()> {
-    if t.size() == 1 {
-        if let Some(src) = input {
-            blocks[0].copy_from_slice(src);
-        }
+    if alone(t, input, blocks) {
         return Ok(());
     }
     on_host(shared(t, ctx)?, ctx, input, blocks)
+}
+
+/// At world 1, copies `input` (if any) into the only block and says so.
+pub(crate) fn alone(t: &dyn Transport, input: Option<&[u8]>, blocks: &mut [&mut [u8]]) -> bool {
+    if t.size() != 1 {
+        return false;
+    }
+    if let Some(src) = input {
+        blocks[0].copy_from_slice(src);
+    }
+    true
 }
 
 /// all_gather over the ranks of workspace `ws`: `blocks` by local rank, this rank's data in
