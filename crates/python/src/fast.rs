@@ -313,22 +313,13 @@ fn rustdist_group<'py>(
 
 /// A call that takes the fast path, with what the engine needs.
 enum Ready<'py> {
-    AllReduce(Bound<'py, PyProcessGroup>, Buf),
-    Broadcast(Bound<'py, PyProcessGroup>, Buf, usize),
-    AllGather(Bound<'py, PyProcessGroup>, Buf, usize),
-    ReduceScatter(Bound<'py, PyProcessGroup>, usize, Buf),
+    AllReduce(Bound<'py, PyProcessGroup>, CpuBuffer),
+    Broadcast(Bound<'py, PyProcessGroup>, CpuBuffer, usize),
+    AllGather(Bound<'py, PyProcessGroup>, CpuBuffer, usize),
+    ReduceScatter(Bound<'py, PyProcessGroup>, usize, CpuBuffer),
     /// (group, output, input): blocks of equal size.
-    AllToAll(Bound<'py, PyProcessGroup>, Buf, Buf),
+    AllToAll(Bound<'py, PyProcessGroup>, CpuBuffer, CpuBuffer),
     Barrier(Bound<'py, PyProcessGroup>),
-}
-
-/// (data pointer, numel, dtype code).
-type Buf = (usize, usize, u8);
-
-impl CpuBuffer {
-    fn buf(&self) -> Buf {
-        (self.ptr, self.numel, self.code)
-    }
 }
 
 /// The call of `op` with arguments `a`, when it is the usual kind; None hands it to Python
@@ -348,7 +339,7 @@ fn ready<'py>(op: Op, py: Python<'py>, a: &Bound6<'py>) -> PyResult<Option<Ready
                 return Ok(None);
             };
             match (rustdist_group(st, py, &a[2])?, cpu_tensor(st, t)?) {
-                (Some((_, core)), Some(buf)) => Some(Ready::AllReduce(core, buf.buf())),
+                (Some((_, core)), Some(buf)) => Some(Ready::AllReduce(core, buf)),
                 _ => None,
             }
         }
@@ -376,7 +367,7 @@ fn ready<'py>(op: Op, py: Python<'py>, a: &Bound6<'py>) -> PyResult<Option<Ready
                 }
                 _ => return Ok(None),
             };
-            (root < core.get().size()).then_some(Ready::Broadcast(core, buf.buf(), root))
+            (root < core.get().size()).then_some(Ready::Broadcast(core, buf, root))
         }
         Op::AllGatherIntoTensor | Op::ReduceScatterTensor => {
             let gather = matches!(op, Op::AllGatherIntoTensor);
@@ -396,18 +387,14 @@ fn ready<'py>(op: Op, py: Python<'py>, a: &Bound6<'py>) -> PyResult<Option<Ready
             ) else {
                 return Ok(None);
             };
-            let (big, small) = if gather {
-                (o.buf(), i.buf())
-            } else {
-                (i.buf(), o.buf())
-            };
-            if big.2 != small.2 || big.1 != core.get().size() * small.1 {
+            let (big, small) = if gather { (o, i) } else { (i, o) };
+            if big.code != small.code || big.numel != core.get().size() * small.numel {
                 return Ok(None);
             }
             Some(if gather {
-                Ready::AllGather(core, small, big.0)
+                Ready::AllGather(core, small, big.ptr)
             } else {
-                Ready::ReduceScatter(core, big.0, small)
+                Ready::ReduceScatter(core, big.ptr, small)
             })
         }
         Op::AllToAllSingle => {
@@ -430,7 +417,7 @@ fn ready<'py>(op: Op, py: Python<'py>, a: &Bound6<'py>) -> PyResult<Option<Ready
             let size = core.get().size();
             let equal = o.numel == i.numel && o.code == i.code;
             (equal && rows_divide(out, &o, size)? && rows_divide(inp, &i, size)?)
-                .then_some(Ready::AllToAll(core, o.buf(), i.buf()))
+                .then_some(Ready::AllToAll(core, o, i))
         }
         Op::Barrier => {
             if !synchronous(&a[1]) || given(&a[2]).is_some() || given(&a[3]).is_some() {
@@ -445,27 +432,53 @@ fn ready<'py>(op: Op, py: Python<'py>, a: &Bound6<'py>) -> PyResult<Option<Ready
 fn run(py: Python<'_>, call: Ready<'_>) -> PyResult<()> {
     let none = || py.None();
     match call {
-        Ready::AllReduce(core, (ptr, n, code)) => {
+        Ready::AllReduce(core, t) => {
             core.get()
-                .all_reduce(py, ptr, n, code, 0, none(), None, true)?;
+                .all_reduce(py, t.ptr, t.numel, t.code, 0, none(), None, true)?;
         }
-        Ready::Broadcast(core, (ptr, n, code), root) => {
-            core.get().broadcast(py, ptr, n, code, root, none(), true)?;
+        Ready::Broadcast(core, t, root) => {
+            core.get()
+                .broadcast(py, t.ptr, t.numel, t.code, root, none(), true)?;
         }
-        Ready::AllGather(core, (ptr, n, code), out) => {
+        Ready::AllGather(core, input, out) => {
             let outputs = GatherOutputs::Contiguous(out);
-            core.get()
-                .all_gather(py, ptr, outputs, n, code, none(), true)?;
+            core.get().all_gather(
+                py,
+                input.ptr,
+                outputs,
+                input.numel,
+                input.code,
+                none(),
+                true,
+            )?;
         }
-        Ready::ReduceScatter(core, input, (ptr, n, code)) => {
-            core.get()
-                .reduce_scatter(py, input, ptr, n, code, 0, none(), None, true)?;
+        Ready::ReduceScatter(core, input, out) => {
+            core.get().reduce_scatter(
+                py,
+                input,
+                out.ptr,
+                out.numel,
+                out.code,
+                0,
+                none(),
+                None,
+                true,
+            )?;
         }
-        Ready::AllToAll(core, (out, n, code), (inp, _, _)) => {
-            let count = (n / core.get().size()) as u64;
-            let (sends, recvs) = (ExchangeBlocks::Uniform(inp), ExchangeBlocks::Uniform(out));
-            core.get()
-                .exchange(py, "all_to_all", code, count, sends, recvs, none(), true)?;
+        Ready::AllToAll(core, out, inp) => {
+            let count = (out.numel / core.get().size()) as u64;
+            let sends = ExchangeBlocks::Uniform(inp.ptr);
+            let recvs = ExchangeBlocks::Uniform(out.ptr);
+            core.get().exchange(
+                py,
+                "all_to_all",
+                out.code,
+                count,
+                sends,
+                recvs,
+                none(),
+                true,
+            )?;
         }
         Ready::Barrier(core) => {
             core.get().barrier(py, true)?;
