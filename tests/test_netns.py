@@ -143,23 +143,36 @@ def test_link_rate_is_shaped() -> None:
         assert again < slow / 2, again
 
 
-@pytest.mark.skipif(not _netns.netem_available(),
-                    reason="this kernel has no netem qdisc (CONFIG_NET_SCH_NETEM): no link delay")
 def test_link_delay() -> None:
-    """A 20 ms delay on each host's egress adds ~40 ms to a round trip."""
-    with _netns.Hosts(2) as hosts:
+    """A 20 ms delay on each host's egress adds ~40 ms to a round trip, with a rate limit on top
+    (netem, or where the kernel has none the delay line); undelaying some hosts leaves the
+    others delayed, and closing the hosts stops the delay line."""
+    with _netns.Hosts(3) as hosts:
         _, _, base = transfer(hosts, 1, 0, 10)
-        hosts.shape(delay_ms=20, rate="1gbit")
+        hosts.shape(delay_ms=20, rate="50mbit")
         _, _, delayed = transfer(hosts, 1, 0, 10)
         assert delayed - base >= 0.035, (base, delayed)
+        _, _, slow = transfer(hosts, 1, 0, 2_500_000)
+        assert slow >= 0.35, f"a 2.5 MB transfer at 50 Mbit/s took {slow:.3f} s"
+        hosts.shape(hosts=[0, 1])
+        _, _, undelayed = transfer(hosts, 1, 0, 10)
+        _, _, one_way = transfer(hosts, 2, 0, 10)
+        assert undelayed < delayed / 2, (undelayed, delayed)
+        assert one_way >= 0.018, f"host 2's data is still 20 ms late: {one_way:.3f} s"
+        tag = hosts.tag
+    assert not [cmd for cmd in command_lines() if "rustdist._delayline" in cmd and tag in cmd]
 
 
-def test_delay_without_netem_says_so() -> None:
-    """Where the kernel has no netem, asking for a delay raises saying so (rate alone works)."""
-    if _netns.netem_available():
-        pytest.skip("this kernel has netem: the delay works (test_link_delay)")
-    with _netns.Hosts(1) as hosts, pytest.raises(_netns.NetnsError, match="netem"):
-        hosts.shape(rate="1gbit", delay_ms=0.5)
+def command_lines() -> list[str]:
+    """The command line of every process there is."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                found.append(f.read().replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:
+            pass  # gone meanwhile
+    return found
 
 
 def test_placement_fills_hosts_in_blocks() -> None:
@@ -244,6 +257,27 @@ def test_link_bandwidth_is_measured_between_hosts(nic_world: World) -> None:
     assert rates[0] == rates[1], rates
     assert 0.5 * 25e6 <= rates[0] <= 1.2 * 25e6, rates
     assert [r["link_model"][1] for r in configured] == [1_250_000_000] * 2, configured
+
+
+@rustdist_only
+def test_link_latency_is_measured_between_hosts(tmp_path: Any) -> None:
+    """A link 2 ms away (one way) is timed at connect, the same on every rank, so selection
+    sees a latency-bound link; RUSTDIST_LINK_LATENCY_US wins over the measurement."""
+    unset: dict[str, Optional[str]] = {v: None for v in VARS}
+    with _netns.Hosts(2) as hosts:
+        hosts.shape(delay_ms=2)
+        w = World(2, init=False, hosts=hosts, on_hosts=[0, 1], log_dir=str(tmp_path))
+        try:
+            measured = w.run("net_cases:init_with_env", env=unset)
+            configured = w.run("net_cases:init_with_env",
+                               env={**unset, "RUSTDIST_LINK_LATENCY_US": "300"})
+        finally:
+            w.close()
+    assert all(r["ok"] for r in measured + configured), measured + configured
+    latencies = [r["link_model"][0] for r in measured]
+    assert latencies[0] == latencies[1], latencies
+    assert 1.9e-3 <= latencies[0] <= 10e-3, latencies
+    assert [r["link_model"][0] for r in configured] == [300e-6] * 2, configured
 
 
 @rustdist_only

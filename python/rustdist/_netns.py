@@ -7,8 +7,10 @@ placed on a host also gets a UTS namespace with the host's own hostname: ranks o
 hosts then look remote to each other (rustdist decides that two ranks share memory from the
 hostname and boot id), while ranks on the same host share memory as on a real machine.
 
-Links can be shaped with ``tc``: a rate limit (``tbf``), and a one-way delay when the kernel
-has ``netem`` (``CONFIG_NET_SCH_NETEM``; :func:`netem_available` says).
+Links can be shaped with ``tc``: a rate limit (``tbf``), and a one-way delay with ``netem``
+where the kernel has it (``CONFIG_NET_SCH_NETEM``; :func:`netem_available` says). Where it does
+not, a delayed NIC becomes a TUN device on every host, joined by a delay line in user space
+(:mod:`rustdist._delayline`) instead of the bridge.
 
 Usage (root and iproute2 needed; :func:`unavailable_reason` says why not, for a skip)::
 
@@ -31,14 +33,19 @@ from __future__ import annotations
 import atexit
 import ctypes
 import errno
+import json
 import os
 import re
 import secrets
+import select
 import shutil
+import stat
 import subprocess
 import sys
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
+
+from ._delayline import TUN_DEVICE
 
 #: Every namespace this module creates is named ``rustdist-<pid>-<tag>-...``.
 PREFIX = "rustdist-"
@@ -47,6 +54,11 @@ NETNS_DIR = "/run/netns"
 FIRST_SUBNET = 77
 CLONE_NEWNET = 0x40000000
 CLONE_NEWUTS = 0x04000000
+#: The MTU of a NIC on the delay line: TCP then moves 64 KiB segments, as over a veth with
+#: segmentation offload, and the line forwards few packets per byte.
+TUN_MTU = 65000
+#: Seconds to wait for a delay line to attach to its hosts.
+LINE_START_TIMEOUT = 10.0
 
 
 class NetnsError(RuntimeError):
@@ -195,6 +207,9 @@ class Hosts:
             for i in range(n)
         ]
         self._created: list[str] = []
+        #: NIC -> every host's one-way delay in seconds, for NICs on a delay line.
+        self._delays: dict[int, list[float]] = {}
+        self._lines: dict[int, subprocess.Popen[str]] = {}
         _live[id(self)] = self
         try:
             self._build()
@@ -240,19 +255,25 @@ class Hosts:
     def shape(self, rate: Optional[str] = None, delay_ms: float = 0.0,
               hosts: Optional[Sequence[int]] = None, nic: int = 0) -> None:
         """Shapes what each host in ``hosts`` (default all) sends on NIC ``nic``: at most
-        ``rate`` (tc syntax, e.g. ``"1gbit"``, ``"10gbit"``) and ``delay_ms`` later (netem;
-        NetnsError where this kernel has none). Traffic between two hosts passes one sender's
-        egress per direction, so the round trip gains ``2 * delay_ms``. Nothing given: unshaped.
+        ``rate`` (tc syntax, e.g. ``"1gbit"``, ``"10gbit"``) and ``delay_ms`` later. Traffic
+        between two hosts passes one sender's egress per direction, so the round trip gains
+        ``2 * delay_ms``. Nothing given: unshaped. The delay is netem's where the kernel has
+        it; elsewhere the first delay on a NIC moves that NIC of every host onto a delay line
+        (connections open across it break: shape before starting the ranks).
         """
         targets = range(len(self.hosts)) if hosts is None else hosts
-        if delay_ms > 0 and not netem_available():
-            raise NetnsError("a link delay needs the kernel's netem qdisc "
-                             "(CONFIG_NET_SCH_NETEM), which this kernel does not have")
+        on_line = nic in self._delays or (delay_ms > 0 and not netem_available())
+        if on_line:
+            if nic not in self._delays:
+                self._onto_line(nic)
+            for i in targets:
+                self._delays[nic][i] = delay_ms / 1000
+            self._start_line(nic)
         for i in targets:
             ns, dev = self.hosts[i].netns, f"eth{nic}"
             subprocess.run(["tc", "-n", ns, "qdisc", "del", "dev", dev, "root"],
                            capture_output=True)
-            if delay_ms > 0:
+            if delay_ms > 0 and not on_line:
                 qdisc = ["netem", "delay", f"{delay_ms}ms", "limit", "100000"]
                 if rate:
                     qdisc += ["rate", rate]
@@ -263,6 +284,46 @@ class Hosts:
             else:
                 continue
             _run(["tc", "-n", ns, "qdisc", "add", "dev", dev, "root", *qdisc])
+
+    def _onto_line(self, nic: int) -> None:
+        """Replaces NIC ``nic`` of every host (a veth to the bridge) by a TUN device with the
+        same name and address, for a delay line to join."""
+        if not os.path.exists(TUN_DEVICE):
+            # Some containers have the tun driver but no device node for it.
+            os.makedirs(os.path.dirname(TUN_DEVICE), exist_ok=True)
+            os.mknod(TUN_DEVICE, stat.S_IFCHR | 0o600, os.makedev(10, 200))
+        for h in self.hosts:
+            dev = f"eth{nic}"
+            cmds = [f"link del {dev}", f"tuntap add dev {dev} mode tun",
+                    f"link set {dev} mtu {TUN_MTU} txqueuelen 10000 up",
+                    f"addr add {h.addrs[nic]}/24 dev {dev}"]
+            _run(["ip", "-n", h.netns, "-batch", "-"], "\n".join(cmds) + "\n")
+        self._delays[nic] = [0.0] * len(self.hosts)
+
+    def _start_line(self, nic: int) -> None:
+        """(Re)starts the delay line of NIC ``nic`` with the hosts' current delays."""
+        self._stop_line(nic)
+        config = [[os.path.join(NETNS_DIR, h.netns), f"eth{nic}", h.addrs[nic], delay]
+                  for h, delay in zip(self.hosts, self._delays[nic])]
+        line = subprocess.Popen([sys.executable, "-m", "rustdist._delayline", json.dumps(config)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self._lines[nic] = line
+        assert line.stdout is not None
+        ready, _, _ = select.select([line.stdout], [], [], LINE_START_TIMEOUT)
+        if not ready or line.stdout.readline().strip() != "ready":
+            self._stop_line(nic)
+            err = line.stderr.read() if line.stderr else ""
+            raise NetnsError(f"the delay line of eth{nic} did not start within "
+                             f"{LINE_START_TIMEOUT:.0f} s: {err.strip()}")
+
+    def _stop_line(self, nic: int) -> None:
+        line = self._lines.pop(nic, None)
+        if line is not None:
+            line.kill()
+            line.wait()
+            for stream in (line.stdout, line.stderr):
+                if stream is not None:
+                    stream.close()
 
     def command(self, i: int, argv: Sequence[str]) -> list[str]:
         """``argv`` as a command line that runs on host ``i`` (its network namespace, and a
@@ -282,6 +343,8 @@ class Hosts:
     def close(self) -> None:
         """Deletes every namespace of these hosts (idempotent). Processes still on a host keep
         its namespace alive until they exit; its name is gone at once."""
+        for nic in list(self._lines):
+            self._stop_line(nic)
         for name in reversed(self._created):
             subprocess.run(["ip", "netns", "del", name], capture_output=True)
         self._created = []
@@ -320,7 +383,8 @@ def main(argv: Sequence[str]) -> int:
         reason = unavailable_reason()
         print(f"test hosts: {'unavailable: ' + reason if reason else 'available'}")
         if not reason:
-            print(f"link delay (netem): {'available' if netem_available() else 'unavailable'}")
+            how = "netem" if netem_available() else "a delay line in user space (no netem)"
+            print(f"link delay: {how}")
         return 1 if reason else 0
     if cmd == "cleanup":
         for name in reap_stale():

@@ -183,16 +183,30 @@ fn lengths(n: usize) -> Vec<usize> {
 
 type AllReduceFn = fn(&mut dyn Transport, &OpCtx, &mut [u8]) -> Result<()>;
 
+fn ring_shape(chunk_bytes: usize, piece_bytes: usize) -> allreduce::ring::RingShape {
+    allreduce::ring::RingShape {
+        chunk_bytes,
+        piece_bytes,
+    }
+}
+
 /// The all_reduce algorithms with the layout they run on, each also with tiny segments so that
 /// multi-segment paths run.
 fn all_reduce_algos() -> Vec<(&'static str, Layout, AllReduceFn)> {
     vec![
         ("ring", Layout::Apart, |t, c, b| {
-            let chunk = AlgoOverrides::default().ring_chunk_bytes(t.size());
-            allreduce::ring::all_reduce(t, c, b, chunk)
+            let shape = AlgoOverrides::default().ring_shape(t.size());
+            allreduce::ring::all_reduce(t, c, b, shape)
         }),
         ("ring/small-chunks", Layout::Apart, |t, c, b| {
-            allreduce::ring::all_reduce(t, c, b, 40)
+            allreduce::ring::all_reduce(t, c, b, ring_shape(40, 40))
+        }),
+        // Chunks in a few pieces (fewer than the window, and more), and in many.
+        ("ring/pieces", Layout::Apart, |t, c, b| {
+            allreduce::ring::all_reduce(t, c, b, ring_shape(40, 16))
+        }),
+        ("ring/many-pieces", Layout::Apart, |t, c, b| {
+            allreduce::ring::all_reduce(t, c, b, ring_shape(1000, 8))
         }),
         ("recursive_doubling", Layout::Apart, |t, c, b| {
             allreduce::recursive_doubling::all_reduce(
@@ -364,7 +378,7 @@ fn broadcast_every_algorithm_world_length_root() {
             broadcast::binomial_tree::broadcast,
         ),
         ("chain", &[Layout::Apart], |t, c, b, r| {
-            broadcast::chain::broadcast(t, c, b, r, broadcast::chain::DEFAULT_SEGMENT_BYTES)
+            broadcast::chain::broadcast(t, c, b, r, broadcast::chain::segment_bytes(b.len()))
         }),
         ("chain/small-segments", &[Layout::Apart], |t, c, b, r| {
             broadcast::chain::broadcast(t, c, b, r, 7)

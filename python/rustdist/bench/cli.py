@@ -56,6 +56,9 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                    help="run each rank on a test host of its own (a network namespace; root "
                         "and iproute2), every host's link shaped to RATE with tc, e.g. 1gbit, "
                         "10gbit: the TCP path between hosts")
+    p.add_argument("--delay", metavar="MS", type=float, default=0.0,
+                   help="with --link: every host's sends also arrive MS milliseconds later "
+                        "(netem, or a delay line in user space where the kernel has none)")
     p.add_argument("--show-selection", action="store_true",
                    help="print which algorithm rustdist picks per collective, link kind, world "
                         "and size, and run nothing")
@@ -64,6 +67,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
         p.error("--soak runs rustdist alone on the CPU: no --vs or --device cuda with it")
     if args.link and (args.vs or args.device == "cuda"):
         p.error("--link runs rustdist and gloo on CPU test hosts: no --vs or --device cuda")
+    if args.delay < 0 or (args.delay and not args.link):
+        p.error("--delay is a non-negative number of milliseconds, given with --link")
     if args.vs and args.device == "cuda":
         p.error("--vs mpi compares CPU collectives; not with --device cuda")
     args.mode = "soak" if args.soak else "cuda" if args.device == "cuda" else "compare"
@@ -103,7 +108,7 @@ def _world_hosts(args: argparse.Namespace, world: int) -> Iterator[tuple[str, La
     from .. import _netns
 
     with _netns.Hosts(world) as hosts:
-        hosts.shape(rate=args.link)
+        hosts.shape(rate=args.link, delay_ms=args.delay)
 
         def launch(commands: Sequence[Sequence[str]], envs: Sequence[Mapping[str, str]]
                    ) -> list[subprocess.Popen[Any]]:
@@ -114,6 +119,16 @@ def _world_hosts(args: argparse.Namespace, world: int) -> Iterator[tuple[str, La
                     for r, (cmd, env) in enumerate(zip(commands, envs))]
 
         yield hosts.addr(0), launch
+
+
+def _link_words(args: argparse.Namespace) -> str:
+    """How the links were shaped, in words."""
+    if not args.delay:
+        return f"{args.link} (tc tbf)"
+    from .. import _netns
+
+    how = "netem" if _netns.netem_available() else "a delay line in user space"
+    return f"{args.link} (tc tbf) and {args.delay:g} ms one way ({how})"
 
 
 def _write_json(path: str, doc: dict[str, Any]) -> None:
@@ -145,7 +160,7 @@ def compare(args: argparse.Namespace, mach: dict[str, Any]) -> int:
           f"{mach['usable_cores']}/{mach['cores']} cores | Python {mach['python']} | "
           f"torch {mach['torch']} | rustdist {mach['rustdist']} ({mach['rustdist_links']})"
           + (f" | {mach['mpi']}" if "mpi" in mach else "")
-          + (f" | a test host per rank, links shaped to {args.link} (tc tbf)" if args.link else ""))
+          + (f" | a test host per rank, links shaped to {_link_words(args)}" if args.link else ""))
     print(f"{rounds} alternating rounds of ~{round_s * 1e3:.0f} ms per side (barrier, then N "
           "calls, same N for every side); latency = median over rounds of the slowest rank's "
           "mean per call")
@@ -181,9 +196,9 @@ def compare(args: argparse.Namespace, mach: dict[str, Any]) -> int:
     _write_json(args.json, {
         "machine": mach, "mode": args.mode, "peers": peers,
         "launcher": ("mpirun --allow-run-as-root --oversubscribe" if args.vs else
-                     f"a test host per rank, links shaped to {args.link}" if args.link else
-                     "processes"),
-        "link": args.link,
+                     f"a test host per rank, links shaped to {_link_words(args)}" if args.link
+                     else "processes"),
+        "link": args.link, "delay_ms": args.delay,
         "config": {"worlds": args.world, "ops": args.ops, "sizes": list(args.sizes),
                    "rounds": rounds, "round_seconds": round_s, "max_iters": MAX_ITERS},
         "results": rows, "front_door": fronts, "summary": summary, "plots": plots})

@@ -75,28 +75,6 @@ pub(crate) fn ring_reduce_scatter(
     Ok(())
 }
 
-/// Ring all-gather over `chunks` of `buf`: chunk `rank` is complete on entry, every chunk is
-/// on exit.
-pub(crate) fn ring_all_gather(
-    t: &mut dyn Transport,
-    ctx: &OpCtx,
-    buf: &mut [u8],
-    chunks: &[Range<usize>],
-) -> Result<()> {
-    let (n, r) = (t.size(), t.rank());
-    let (right, left) = ((r + 1) % n, (r + n - 1) % n);
-    for s in 0..n - 1 {
-        let send = chunks[(r + n - s) % n].clone();
-        let recv = chunks[(r + 2 * n - 1 - s) % n].clone();
-        let (data, buf) = send_recv_pair(buf, send, recv);
-        t.exchange(
-            ctx,
-            &mut [Op::Send { peer: right, data }, Op::Recv { peer: left, buf }],
-        )?;
-    }
-    Ok(())
-}
-
 /// The workspace of `t`, or the error of a shared-memory algorithm forced (`RUSTDIST_ALGO`)
 /// on a group whose ranks do not all share this host.
 pub(crate) fn shared<'a>(

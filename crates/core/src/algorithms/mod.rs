@@ -115,8 +115,8 @@ pub fn all_reduce(
     check_whole_elements(ctx, "buffer", buf.len())?;
     match algos.all_reduce(buf.len(), t.size(), t.link_kind()) {
         AllReduceAlgo::Ring => {
-            let chunk = algos.ring_chunk_bytes(t.size());
-            allreduce::ring::all_reduce(t, ctx, buf, chunk)
+            let shape = algos.ring_shape(t.size());
+            allreduce::ring::all_reduce(t, ctx, buf, shape)
         }
         AllReduceAlgo::RecursiveDoubling => allreduce::recursive_doubling::all_reduce(
             t,
@@ -160,9 +160,13 @@ pub fn broadcast(
     check_root(t, ctx, root)?;
     match algos.broadcast(buf.len(), t.size(), t.link_kind()) {
         BroadcastAlgo::BinomialTree => broadcast::binomial_tree::broadcast(t, ctx, buf, root),
-        BroadcastAlgo::Chain => {
-            broadcast::chain::broadcast(t, ctx, buf, root, broadcast::chain::DEFAULT_SEGMENT_BYTES)
-        }
+        BroadcastAlgo::Chain => broadcast::chain::broadcast(
+            t,
+            ctx,
+            buf,
+            root,
+            broadcast::chain::segment_bytes(buf.len()),
+        ),
         BroadcastAlgo::Shm => broadcast::shm::broadcast(t, ctx, buf, root),
         BroadcastAlgo::Hierarchical => broadcast::hierarchical::broadcast(t, ctx, buf, root, algos),
     }

@@ -17,6 +17,7 @@
 
 use std::time::Duration;
 
+use crate::algorithms::allreduce::ring::RingShape;
 use crate::error::{Error, Result};
 use crate::transport::LinkKind;
 
@@ -121,11 +122,15 @@ impl LinkModel {
         Ok(LinkModel { latency, bandwidth })
     }
 
+    /// The bandwidth-delay product in bytes: what the link holds in flight.
+    fn bdp(&self) -> f64 {
+        self.latency.as_secs_f64() * self.bandwidth as f64
+    }
+
     /// `reference_bytes`, a TCP crossover measured on [`LinkModel::REFERENCE`], on this link:
     /// scaled by the ratio of the bandwidth-delay products (within 1/64x..64x).
     fn scale(&self, reference_bytes: usize) -> usize {
-        let bdp = |l: &LinkModel| l.latency.as_secs_f64() * l.bandwidth as f64;
-        let factor = (bdp(self) / bdp(&Self::REFERENCE)).clamp(1.0 / 64.0, 64.0);
+        let factor = (self.bdp() / Self::REFERENCE.bdp()).clamp(1.0 / 64.0, 64.0);
         (reference_bytes as f64 * factor) as usize
     }
 }
@@ -163,18 +168,23 @@ const RING_CHUNK_BYTES_TWO_RANKS: usize = 1 << 20;
 /// of n ranks and fewer, larger steps cost less (64 MiB over loopback at world 4: 100-113 ms
 /// against 102-144 ms with 4 MiB chunks and 107-150 ms with 1 MiB).
 const RING_CHUNK_BYTES: usize = 16 << 20;
-/// The same bound on links slower than half the reference's bandwidth, where the network
-/// limits and the hosts have time to spare: shorter steps keep every link busy (64 MiB at 1
-/// Gbit/s on 8 ranks: 94% of the link against 88% with 16 MiB chunks and 91% with 1 MiB; on
-/// 4 ranks 95%-97% against 94%-95%).
-const RING_CHUNK_BYTES_SLOW_LINK: usize = 256 << 10;
+/// On links slower than half the reference's bandwidth, where the network limits and the
+/// hosts have time to spare, ring chunks travel in pieces of at least this many bytes (and at
+/// least one bandwidth-delay product, so that the pieces in flight cover the latency): a rank
+/// forwards each piece as it arrives, which keeps every link busy. As whole chunks of 256 KiB,
+/// 64 MiB at 1 Gbit/s on 8 ranks moved at 94% of the link against 88% with 16 MiB chunks, but
+/// 0.5-1 ms away each step idled its link for a latency (0.87x-0.93x gloo at 16 MiB).
+const RING_PIECE_BYTES_SLOW_LINK: usize = 256 << 10;
 
-/// Over TCP, broadcast from this many bytes on, with at least 3 ranks, uses the chain, on
-/// links slower than half the reference's bandwidth: there the network limits, and the chain
-/// sends each byte over the root's link once. On loopback and links as fast the hosts limit,
-/// every hop of the chain costs a copy, and the binomial tree's fewer stages win (measured over
-/// loopback at world 4: 64 MiB in 63 ms against the chain's 152 ms).
-const TCP_BROADCAST_CHAIN_MIN_BYTES: usize = 1 << 20;
+/// Over TCP, broadcast from this many bytes on (and from one bandwidth-delay product), with
+/// at least 3 ranks, uses the chain, on links slower than half the reference's bandwidth:
+/// there the network limits, and the chain sends each byte over the root's link once, where
+/// the binomial tree's root sends it once per child. On loopback and links as fast the hosts
+/// limit, every hop of the chain costs a copy, and the tree's fewer stages win (measured over
+/// loopback at world 4: 64 MiB in 63 ms against the chain's 152 ms). On 1 Gbit/s links 1 ms
+/// away the chain was ahead of the tree from 32 KiB at worlds 4 and 8 (256 KiB: 2.6 against
+/// 5.2 ms at world 4, 4.4 against 11.4 ms at world 8, calls back to back).
+const TCP_BROADCAST_CHAIN_MIN_BYTES: usize = 64 << 10;
 /// Over TCP, all_gather up to this many bytes in total uses the direct exchange.
 const TCP_ALL_GATHER_DIRECT_MAX_BYTES: usize = 256 << 10;
 /// In shared memory, an all_gather of this many bytes (gathered) reads every peer's input
@@ -454,14 +464,24 @@ impl AlgoOverrides {
         }
     }
 
-    /// The bound on one message (one chunk) of the ring all_reduce on `world` ranks.
-    pub fn ring_chunk_bytes(&self, world: usize) -> usize {
+    /// How the ring all_reduce on `world` ranks cuts its buffer.
+    pub fn ring_shape(&self, world: usize) -> RingShape {
         if self.slow_tcp() {
-            RING_CHUNK_BYTES_SLOW_LINK
-        } else if world <= 2 {
+            let piece =
+                (self.tcp.bdp() as usize).clamp(RING_PIECE_BYTES_SLOW_LINK, RING_CHUNK_BYTES);
+            return RingShape {
+                chunk_bytes: RING_CHUNK_BYTES,
+                piece_bytes: piece,
+            };
+        }
+        let chunk = if world <= 2 {
             RING_CHUNK_BYTES_TWO_RANKS
         } else {
             RING_CHUNK_BYTES
+        };
+        RingShape {
+            chunk_bytes: chunk,
+            piece_bytes: chunk,
         }
     }
 
@@ -479,7 +499,7 @@ impl AlgoOverrides {
             LinkKind::Tcp
                 if world >= 3
                     && self.slow_tcp()
-                    && bytes >= self.tcp.scale(TCP_BROADCAST_CHAIN_MIN_BYTES) =>
+                    && bytes >= TCP_BROADCAST_CHAIN_MIN_BYTES.max(self.tcp.bdp() as usize) =>
             {
                 BroadcastAlgo::Chain
             }
@@ -713,15 +733,26 @@ mod tests {
     }
 
     #[test]
-    fn ring_chunks_shrink_on_slow_links() {
+    fn ring_chunks_travel_in_pieces_on_slow_links() {
+        let whole = |bytes| RingShape {
+            chunk_bytes: bytes,
+            piece_bytes: bytes,
+        };
         let reference = AlgoOverrides::default();
-        assert_eq!(reference.ring_chunk_bytes(2), 1 << 20);
-        assert_eq!(reference.ring_chunk_bytes(8), 16 << 20);
+        assert_eq!(reference.ring_shape(2), whole(1 << 20));
+        assert_eq!(reference.ring_shape(8), whole(16 << 20));
+        let pieces = |bytes| RingShape {
+            chunk_bytes: 16 << 20,
+            piece_bytes: bytes,
+        };
         let slow = on(40, 125_000_000);
-        assert_eq!(slow.ring_chunk_bytes(2), 256 << 10);
-        assert_eq!(slow.ring_chunk_bytes(8), 256 << 10);
+        assert_eq!(slow.ring_shape(2), pieces(256 << 10));
+        assert_eq!(slow.ring_shape(8), pieces(256 << 10));
+        // 3 ms away: a piece holds a bandwidth-delay product.
+        assert_eq!(on(3000, 125_000_000).ring_shape(4), pieces(375_000));
+        assert_eq!(on(4000, 125_000_000).ring_shape(4), pieces(500_000));
         // 10 Gbit/s: the hosts limit, as on loopback.
-        assert_eq!(on(40, 1_250_000_000).ring_chunk_bytes(8), 16 << 20);
+        assert_eq!(on(40, 1_250_000_000).ring_shape(8), whole(16 << 20));
     }
 
     #[test]
@@ -754,6 +785,13 @@ mod tests {
         );
         assert_eq!(far.broadcast(4 << 20, 4, tcp), BroadcastAlgo::BinomialTree);
         assert_eq!(slow.broadcast(4 << 20, 2, tcp), BroadcastAlgo::BinomialTree);
+        // A 1 Gbit/s link 1 ms away: the chain from a bandwidth-delay product (125 KB) on.
+        let distant = on(1000, 125_000_000);
+        assert_eq!(
+            distant.broadcast(64 << 10, 8, tcp),
+            BroadcastAlgo::BinomialTree
+        );
+        assert_eq!(distant.broadcast(256 << 10, 8, tcp), BroadcastAlgo::Chain);
         // Leaders between hosts use the same model; shared memory does not read it.
         assert_eq!(
             slow.all_reduce_between_hosts(128 << 10, 4),

@@ -30,10 +30,7 @@ pub fn all_reduce(
                     buf,
                     super::recursive_doubling::DEFAULT_MAX_SEGMENT_BYTES,
                 )?,
-                _ => {
-                    let chunk = algos.ring_chunk_bytes(leaders.len());
-                    super::ring::all_reduce(view, ctx, buf, chunk)?
-                }
+                _ => super::ring::all_reduce(view, ctx, buf, algos.ring_shape(leaders.len()))?,
             }
         }
     }

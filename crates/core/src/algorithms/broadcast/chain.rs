@@ -7,8 +7,15 @@ use crate::algorithms::common::{segments, send_recv_pair};
 use crate::error::Result;
 use crate::transport::{Op, OpCtx, Transport};
 
-/// Default segment size.
-pub const DEFAULT_SEGMENT_BYTES: usize = 512 << 10;
+/// Bounds on a segment: at least 8 segments per buffer between them, so that every hop of the
+/// chain has work early, and every step moves enough to amortise its exchange.
+const MIN_SEGMENT_BYTES: usize = 64 << 10;
+const MAX_SEGMENT_BYTES: usize = 512 << 10;
+
+/// The segment size for a broadcast of `len` bytes.
+pub fn segment_bytes(len: usize) -> usize {
+    (len / 8).clamp(MIN_SEGMENT_BYTES, MAX_SEGMENT_BYTES)
+}
 
 /// Broadcasts `buf` from `root` in segments of at most `segment_bytes`.
 pub fn broadcast(
@@ -60,4 +67,17 @@ pub fn broadcast(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::segment_bytes;
+
+    #[test]
+    fn segments_are_an_eighth_within_bounds() {
+        assert_eq!(segment_bytes(0), 64 << 10);
+        assert_eq!(segment_bytes(256 << 10), 64 << 10);
+        assert_eq!(segment_bytes(2 << 20), 256 << 10);
+        assert_eq!(segment_bytes(64 << 20), 512 << 10);
+    }
 }

@@ -23,13 +23,10 @@ pub fn broadcast(
             let from = leaders.iter().position(|&l| l == root).unwrap_or(0);
             let view = &mut Members::new(t, &leaders, i);
             match algos.broadcast_between_hosts(buf.len(), leaders.len()) {
-                BroadcastAlgo::Chain => super::chain::broadcast(
-                    view,
-                    ctx,
-                    buf,
-                    from,
-                    super::chain::DEFAULT_SEGMENT_BYTES,
-                )?,
+                BroadcastAlgo::Chain => {
+                    let segment = super::chain::segment_bytes(buf.len());
+                    super::chain::broadcast(view, ctx, buf, from, segment)?
+                }
                 _ => super::binomial_tree::broadcast(view, ctx, buf, from)?,
             }
         }
