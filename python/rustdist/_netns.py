@@ -311,10 +311,11 @@ class Hosts:
         assert line.stdout is not None
         ready, _, _ = select.select([line.stdout], [], [], LINE_START_TIMEOUT)
         if not ready or line.stdout.readline().strip() != "ready":
-            self._stop_line(nic)
-            err = line.stderr.read() if line.stderr else ""
-            raise NetnsError(f"the delay line of eth{nic} did not start within "
-                             f"{LINE_START_TIMEOUT:.0f} s: {err.strip()}")
+            del self._lines[nic]
+            line.kill()
+            _, err = line.communicate()
+            raise NetnsError(f"the delay line of eth{nic} did not say it was ready within "
+                             f"{LINE_START_TIMEOUT:.0f} s; it printed: {err.strip()}")
 
     def _stop_line(self, nic: int) -> None:
         line = self._lines.pop(nic, None)
