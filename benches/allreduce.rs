@@ -62,8 +62,18 @@ impl World {
         let store: Arc<dyn Store> = Arc::new(HashStore::new());
         let connect = move |store: Arc<dyn Store>, rank| {
             let cancel = Arc::new(Cancel::default());
-            MeshTransport::connect(store, "bench", rank, n, 0, TIMEOUT, shared_memory, cancel)
-                .unwrap()
+            MeshTransport::connect(
+                store,
+                "bench",
+                rank,
+                n,
+                0,
+                TIMEOUT,
+                shared_memory,
+                cancel,
+                &|_, _, _| Ok(1),
+            )
+            .unwrap()
         };
         let workers = (1..n)
             .map(|rank| {

@@ -39,36 +39,48 @@ def _ipv4(hex_addr: str) -> tuple[str, int]:
     return socket.inet_ntoa(int(ip, 16).to_bytes(4, "little")), int(port, 16)
 
 
-def peer_connection_ips() -> list[str]:
-    """The local IPv4 addresses of this process's network namespace's established TCP
-    connections, but for those of the store (MASTER_PORT): the peer links of the group."""
+def peer_connections() -> list[str]:
+    """The local IPv4 address of each established TCP connection this process holds, but for
+    those of the store (MASTER_PORT): one per peer stream."""
     store_port = int(os.environ["MASTER_PORT"])
+    mine = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # closed meanwhile
+            continue
+        if target.startswith("socket:["):
+            mine.add(target[len("socket:["):-1])
     ips = []
     with open("/proc/self/net/tcp") as f:
         next(f)
         for line in f:
             fields = line.split()
             (local, lport), (_, rport) = _ipv4(fields[1]), _ipv4(fields[2])
-            if fields[3] == "01" and store_port not in (lport, rport):
+            if fields[3] == "01" and store_port not in (lport, rport) and fields[9] in mine:
                 ips.append(local)
-    return sorted(set(ips))
+    return ips
 
 
 def case_where(dist: Any, rank: int, world: int) -> dict[str, Any]:
-    """This rank's hostname, MASTER_ADDR and the local addresses of its peer connections (the
-    group is initialised; an all_reduce proves it works)."""
+    """This rank's hostname, MASTER_ADDR, the local addresses of its peer connections and
+    their count, and the streams per peer on other hosts (the group is initialised; an
+    all_reduce proves it works)."""
     t = torch.ones(3)
     dist.all_reduce(t)
     assert t.tolist() == [float(world)] * 3, t
+    connections = peer_connections()
     return {"hostname": socket.gethostname(), "master": os.environ["MASTER_ADDR"],
-            "peer_ips": peer_connection_ips()}
+            "peer_ips": sorted(set(connections)), "connections": len(connections),
+            "streams": dist.group.WORLD._pg.streams_per_peer}
 
 
 def case_init_with_env(dist: Any, rank: int, world: int, env: dict[str, Optional[str]],
                        init_method: str = "env://", pg_timeout: float = 20.0) -> dict[str, Any]:
     """init_process_group with `env` set, an all_reduce, and destroy. Returns what happened:
-    ``ok`` with the peer connections' local addresses and the group's TCP link model
-    (latency in seconds, bytes per second), or the exception's type and text."""
+    ``ok`` with the peer connections' local addresses, their count, the group's TCP link model
+    (latency in seconds, bytes per second) and streams per peer, or the exception's type and
+    text. The all_reduce moves 3 MiB too, more than one stripe of a striped link."""
     with environ(env):
         try:
             dist.init_process_group("rustdist", init_method=init_method, rank=rank,
@@ -77,11 +89,15 @@ def case_init_with_env(dist: Any, rank: int, world: int, env: dict[str, Optional
             return {"ok": False, "type": type(e).__name__, "msg": str(e),
                     "trace": traceback.format_exc()}
         try:
-            ips = peer_connection_ips()
-            link_model = dist.group.WORLD._pg.link_model
-            t = torch.full((4,), float(rank + 1))
-            dist.all_reduce(t)
-            assert t.tolist() == [float(world * (world + 1) // 2)] * 4, t
+            connections = peer_connections()
+            pg = dist.group.WORLD._pg
+            link_model, streams = pg.link_model, pg.streams_per_peer
+            for n in (4, 3 << 18):
+                t = torch.arange(n, dtype=torch.float32) * (rank + 1)
+                dist.all_reduce(t)
+                want = torch.arange(n, dtype=torch.float32) * (world * (world + 1) // 2)
+                assert torch.equal(t, want), f"all_reduce of {n} float32 differs"
         finally:
             dist.destroy_process_group()
-    return {"ok": True, "peer_ips": ips, "link_model": link_model}
+    return {"ok": True, "peer_ips": sorted(set(connections)), "connections": len(connections),
+            "link_model": link_model, "streams": streams}

@@ -163,6 +163,16 @@ def test_link_delay() -> None:
     assert not [cmd for cmd in command_lines() if "rustdist._delayline" in cmd and tag in cmd]
 
 
+def test_delay_line_that_cannot_start_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A delay line that cannot attach to its hosts fails shape() with what it printed."""
+    if _netns.netem_available():
+        pytest.skip("this kernel has netem: delays do not use the delay line")
+    with _netns.Hosts(2) as hosts:
+        monkeypatch.setattr(_netns, "NETNS_DIR", "/nonexistent")
+        with pytest.raises(_netns.NetnsError, match="(?s)delay line of eth0.*No such file"):
+            hosts.shape(delay_ms=1)
+
+
 def command_lines() -> list[str]:
     """The command line of every process there is."""
     found = []
@@ -193,7 +203,9 @@ def test_placement_fills_hosts_in_blocks() -> None:
 @pytest.mark.parametrize("world", [2, 3, 4])
 def test_ranks_run_on_their_hosts(worlds: Callable[[int], World], world: int) -> None:
     """Under RUSTDIST_TEST_HOSTS each rank is on its host: its hostname, MASTER_ADDR = host 0's
-    address, and peer connections from its host's address."""
+    address, and peer connections from its host's address; as many of them to each peer on
+    another host as RUSTDIST_STREAMS_PER_PEER says (./dev test runs 4x1 with 3)."""
+    streams = int(os.environ.get("RUSTDIST_STREAMS_PER_PEER", "1"))
     w = worlds(world)
     where = placement(world, *parse_hosts_spec(HOSTS_SPEC))
     got = w.run("net_cases:where")
@@ -204,6 +216,8 @@ def test_ranks_run_on_their_hosts(worlds: Callable[[int], World], world: int) ->
         assert [names[q] for q in same] == [names[r]] * len(same), names
         if len(same) < world:
             assert g["peer_ips"] == [f"10.77.0.{where[r] + 1}"], g
+        assert g["streams"] == (streams if len(same) < world else 1), g
+        assert g["connections"] == len(same) - 1 + (world - len(same)) * g["streams"], g
     assert len(set(names)) == len(set(where)), names
 
 
@@ -278,6 +292,51 @@ def test_link_latency_is_measured_between_hosts(tmp_path: Any) -> None:
     assert latencies[0] == latencies[1], latencies
     assert 1.9e-3 <= latencies[0] <= 10e-3, latencies
     assert [r["link_model"][0] for r in configured] == [300e-6] * 2, configured
+
+
+def _stream_window() -> int:
+    """Bytes one TCP stream keeps in flight by rustdist's reckoning: half the smaller of the
+    largest send and receive buffers (a new network namespace starts with this one's)."""
+    def largest(name: str) -> int:
+        with open(f"/proc/sys/net/ipv4/{name}") as f:
+            return int(f.read().split()[2])
+    return min(largest("tcp_wmem"), largest("tcp_rmem")) // 2
+
+
+@rustdist_only
+def test_streams_per_peer_between_hosts(nic_world: World) -> None:
+    """Peers on other hosts get RUSTDIST_STREAMS_PER_PEER TCP streams, one byte pipe striped
+    across them (a 3 MiB all_reduce spans several stripes and must come out right); unset,
+    one stream where it fills the link, and as many as keep the round trip in flight on a
+    long fast one (here configured: 1 Gbit/s 20 ms away)."""
+    unset: dict[str, Optional[str]] = {v: None for v in VARS}
+    unset.update({"RUSTDIST_STREAMS_PER_PEER": None, "RUSTDIST_LINK_LATENCY_US": None,
+                  "RUSTDIST_LINK_BANDWIDTH": None})
+    forced = nic_world.run("net_cases:init_with_env",
+                           env={**unset, "RUSTDIST_STREAMS_PER_PEER": "3"})
+    default = nic_world.run("net_cases:init_with_env", env=unset)
+    long_fat = nic_world.run("net_cases:init_with_env", env={
+        **unset, "RUSTDIST_LINK_LATENCY_US": "20000", "RUSTDIST_LINK_BANDWIDTH": "1gbit"})
+    assert all(r["ok"] for r in forced + default + long_fat), forced + default + long_fat
+    # World 2: one peer, so the streams are the connections.
+    assert [(r["streams"], r["connections"]) for r in forced] == [(3, 3)] * 2, forced
+    assert [(r["streams"], r["connections"]) for r in default] == [(1, 1)] * 2, default
+    in_flight = 2 * 20e-3 * 125e6
+    want = min(8, max(1, -(-int(in_flight) // _stream_window())))
+    assert want > 1, "this host's buffers would let one stream fill the link"
+    assert [(r["streams"], r["connections"]) for r in long_fat] == [(want, want)] * 2, long_fat
+
+
+@rustdist_only
+@pytest.mark.parametrize("value", ["0", "17", "many"])
+def test_streams_per_peer_out_of_range_names_the_variable(nic_world: World, value: str) -> None:
+    """A value that is not auto or 1-16: every rank raises ValueError naming the variable and
+    the value, before connecting."""
+    env: dict[str, Optional[str]] = {v: None for v in VARS}
+    env["RUSTDIST_STREAMS_PER_PEER"] = value
+    for res in nic_world.run("net_cases:init_with_env", env=env, pg_timeout=10):
+        assert not res["ok"] and res["type"] == "ValueError", res
+        assert "RUSTDIST_STREAMS_PER_PEER" in res["msg"] and repr(value) in res["msg"].replace('"', "'"), res
 
 
 @rustdist_only

@@ -151,6 +151,10 @@ class ProcessGroup:
         """The TCP link model algorithm selection uses: (one-way latency in seconds, bytes
         per second), from RUSTDIST_LINK_LATENCY_US / RUSTDIST_LINK_BANDWIDTH, else measured
         between hosts at connect, else the reference loopback's."""
+    @property
+    def streams_per_peer(self) -> int:
+        """TCP streams joining this rank to each peer on another host (1 when none is):
+        RUSTDIST_STREAMS_PER_PEER, else as many as keep the link's round trip in flight."""
     # Every collective runs asynchronously and returns a Work, or with `sync=True` returns
     # None once done (on the calling thread when the group is idle).
     def all_reduce(

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::algorithms::{self, AlgoOverrides, LinkModel, Measured};
+use crate::algorithms::{self, streams_per_peer, AlgoOverrides, LinkModel, Measured};
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
 use crate::reduce;
@@ -241,6 +241,8 @@ pub struct ProcessGroup {
     timeout: Duration,
     link: LinkKind,
     link_model: LinkModel,
+    /// TCP streams to each peer on another host.
+    streams: usize,
     shared: Arc<Shared>,
     worker: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
@@ -378,12 +380,13 @@ impl ProcessGroup {
             timeout,
             shared_memory,
             cancel.clone(),
+            &|latency, bandwidth, window| streams_per_peer(Measured { latency, bandwidth }, window),
         )?;
         algos.tcp = LinkModel::from_env(Measured {
             latency: transport.latency(),
             bandwidth: transport.bandwidth(),
         })?;
-        let (link, link_model) = (transport.link_kind(), algos.tcp);
+        let (link, link_model, streams) = (transport.link_kind(), algos.tcp, transport.streams());
         let shared = Arc::new(Shared {
             engine: Mutex::new(Engine {
                 transport: Box::new(transport),
@@ -410,6 +413,7 @@ impl ProcessGroup {
             timeout,
             link,
             link_model,
+            streams,
             shared,
             worker: Mutex::new(Some(worker)),
         })
@@ -439,6 +443,12 @@ impl ProcessGroup {
     /// The TCP link model selection uses: settings, else what connecting measured.
     pub fn link_model(&self) -> LinkModel {
         self.link_model
+    }
+
+    /// TCP streams joining this rank to each peer on another host (1 when none is):
+    /// `RUSTDIST_STREAMS_PER_PEER`, else what the link model needs.
+    pub fn streams_per_peer(&self) -> usize {
+        self.streams
     }
 
     /// Queues `job` (operation `what`) with a new Work for it to complete; an aborted group

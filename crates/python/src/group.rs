@@ -124,6 +124,13 @@ impl PyProcessGroup {
         (model.latency.as_secs_f64(), model.bandwidth)
     }
 
+    /// TCP streams joining this rank to each peer on another host (1 when none is):
+    /// RUSTDIST_STREAMS_PER_PEER, else as many as keep the link's round trip in flight.
+    #[getter]
+    fn streams_per_peer(&self) -> usize {
+        self.pg.streams_per_peer()
+    }
+
     #[pyo3(signature = (ptr, numel, dtype, op, keep, premul = None, sync = false))]
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn all_reduce(

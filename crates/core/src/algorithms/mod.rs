@@ -60,7 +60,7 @@ pub mod monitored_barrier {
     pub mod linear;
 }
 
-pub use select::{AlgoOverrides, LinkModel, Measured};
+pub use select::{streams_per_peer, AlgoOverrides, LinkModel, Measured};
 use select::{
     AllGatherAlgo, AllReduceAlgo, AllToAllAlgo, BarrierAlgo, BroadcastAlgo, GatherAlgo, ReduceAlgo,
     ReduceScatterAlgo, ScatterAlgo,

@@ -9,6 +9,10 @@
 //! fixed size and is read into a fixed buffer, so a hostile connection is dropped (and logged)
 //! before its bytes can decide any allocation; incoming handshakes progress concurrently, so a
 //! silent connection cannot hold up the real peers.
+//!
+//! Where one stream cannot fill a link between hosts, more streams to the same peer follow once
+//! the links are measured ([`connect_streams`]): the same handshake, its hello naming which
+//! stream it is, and a stream nobody expects is refused like a wrong rank.
 
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
@@ -26,9 +30,9 @@ use crate::transport::remaining;
 pub const IFNAME_VARS: [&str; 2] = ["RUSTDIST_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"];
 
 const HELLO_MAGIC: u32 = 0x5244_4832; // "RDH2"
-const VERSION: u16 = 1;
+const VERSION: u16 = 2;
 /// The hello: magic, version, flags, job, group, size, rank, the connecting side's nonce.
-pub const HELLO_LEN: usize = 32 + NONCE_LEN;
+pub const HELLO_LEN: usize = 36 + NONCE_LEN;
 /// A reply: magic, status, the accepting side's nonce and proof (zero when unused).
 pub const REPLY_LEN: usize = 8 + NONCE_LEN + TAG_LEN;
 /// Hello flag: the connecting side holds an auth key.
@@ -176,6 +180,9 @@ pub struct Hello {
     pub group: u32,
     pub size: u32,
     pub rank: u64,
+    /// Which of the streams between the two ranks this connection is (0: the first; more
+    /// follow on links that one stream cannot fill).
+    pub stream: u32,
     /// The connecting side holds an auth key; `nonce` is its challenge.
     pub auth: bool,
     pub nonce: Nonce,
@@ -206,7 +213,8 @@ impl Hello {
         b[16..20].copy_from_slice(&self.group.to_le_bytes());
         b[20..24].copy_from_slice(&self.size.to_le_bytes());
         b[24..32].copy_from_slice(&self.rank.to_le_bytes());
-        b[32..].copy_from_slice(&self.nonce);
+        b[32..36].copy_from_slice(&self.stream.to_le_bytes());
+        b[36..].copy_from_slice(&self.nonce);
         b
     }
 
@@ -216,12 +224,13 @@ impl Hello {
             return None;
         }
         let mut nonce = [0u8; NONCE_LEN];
-        nonce.copy_from_slice(&b[32..]);
+        nonce.copy_from_slice(&b[36..]);
         Some(Hello {
             job: u64_at(b, 8),
             group: u32_at(b, 16),
             size: u32_at(b, 20),
             rank: u64_at(b, 24),
+            stream: u32_at(b, 32),
             auth: u16_at(b, 6) & FLAG_AUTH != 0,
             nonce,
         })
@@ -420,15 +429,56 @@ struct Incoming {
     /// The message being read: the hello, then (with a key) the proof in its first bytes.
     buf: [u8; HELLO_LEN],
     got: usize,
-    /// After a challenge went out: the hello's bytes, the rank it claims and our nonce.
-    challenged: Option<([u8; HELLO_LEN], usize, Nonce)>,
+    /// After a challenge went out: the hello's bytes, the rank and stream it claims and our
+    /// nonce.
+    challenged: Option<([u8; HELLO_LEN], Slot, Nonce)>,
+}
+
+/// A connection's place: the peer's rank and which of its streams it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Slot {
+    peer: usize,
+    stream: usize,
+}
+
+/// The connections an accepting rank expects, by peer and stream: `slots[peer][stream]`, filled
+/// as they come. A peer's first `first_stream` entries are not expected here (rank 0 of a
+/// peer's streams is its first connection, made before the extra ones).
+struct Slots {
+    socks: Vec<Vec<Option<TcpStream>>>,
+    first_stream: usize,
+}
+
+impl Slots {
+    fn expects(&self, peer: usize, stream: usize) -> bool {
+        stream >= self.first_stream && self.socks.get(peer).is_some_and(|s| stream < s.len())
+    }
+
+    fn taken(&self, slot: Slot) -> bool {
+        self.socks[slot.peer][slot.stream].is_some()
+    }
+
+    /// Expected connections that have not come yet, by peer.
+    fn missing(&self) -> impl Iterator<Item = Slot> + '_ {
+        self.socks
+            .iter()
+            .enumerate()
+            .flat_map(move |(peer, streams)| {
+                streams
+                    .iter()
+                    .enumerate()
+                    .skip(self.first_stream)
+                    .filter(|(_, s)| s.is_none())
+                    .map(move |(stream, _)| Slot { peer, stream })
+            })
+    }
 }
 
 /// What one step of an incoming handshake came to.
 enum Step {
     Pending,
-    /// Connected as this rank.
-    Done(usize),
+    /// Connected in this slot.
+    Done(Slot),
     /// Refused or broken: the reason, for the log.
     Dropped(String),
 }
@@ -443,8 +493,8 @@ struct Acceptor<'a> {
 }
 
 impl Acceptor<'_> {
-    /// Reads what `inc` sent and moves its handshake on. `socks` tells who is connected.
-    fn step(&self, inc: &mut Incoming, socks: &[Option<TcpStream>]) -> Step {
+    /// Reads what `inc` sent and moves its handshake on. `slots` tells who is connected.
+    fn step(&self, inc: &mut Incoming, slots: &Slots) -> Step {
         let want = if inc.challenged.is_some() {
             TAG_LEN
         } else {
@@ -461,8 +511,8 @@ impl Acceptor<'_> {
         }
         inc.got = 0;
         match inc.challenged {
-            None => self.on_hello(inc, socks),
-            Some((hello, peer, nonce)) => {
+            None => self.on_hello(inc, slots),
+            Some((hello, slot, nonce)) => {
                 let proof = &inc.buf[..TAG_LEN];
                 let key_ok = self
                     .key
@@ -471,16 +521,16 @@ impl Acceptor<'_> {
                     return refuse(
                         inc,
                         Status::AuthFailed,
-                        format!("authentication failed: rank {peer}'s proof does not match this rank's RUSTDIST_AUTH_KEY"),
+                        format!("authentication failed: rank {}'s proof does not match this rank's RUSTDIST_AUTH_KEY", slot.peer),
                     );
                 }
-                self.admit(inc, peer, socks)
+                self.admit(inc, slot, slots)
             }
         }
     }
 
     /// What in `hello` disagrees with this rank's view of the group, if anything.
-    fn mismatch(&self, hello: &Hello) -> Option<(Status, String)> {
+    fn mismatch(&self, hello: &Hello, slots: &Slots) -> Option<(Status, String)> {
         let (rank, size) = (self.rank as u64, self.size as u64);
         Some(if hello.job != self.job {
             let want = self.job;
@@ -504,21 +554,31 @@ impl Acceptor<'_> {
                 Status::BadRank,
                 format!("it claims rank {claimed}, which does not connect to rank {rank}"),
             )
+        } else if !slots.expects(hello.rank as usize, hello.stream as usize) {
+            let (claimed, stream) = (hello.rank, hello.stream);
+            (
+                Status::BadRank,
+                format!("rank {claimed} offers stream {stream}, which rank {rank} does not expect from it"),
+            )
         } else {
             return None;
         })
     }
 
-    fn on_hello(&self, inc: &mut Incoming, socks: &[Option<TcpStream>]) -> Step {
+    fn on_hello(&self, inc: &mut Incoming, slots: &Slots) -> Step {
         let Some(hello) = Hello::decode(&inc.buf) else {
             return Step::Dropped("not a rustdist peer (wrong magic or version)".into());
         };
-        if let Some((status, why)) = self.mismatch(&hello) {
+        if let Some((status, why)) = self.mismatch(&hello, slots) {
             return refuse(inc, status, why);
         }
-        let peer = hello.rank as usize;
+        let slot = Slot {
+            peer: hello.rank as usize,
+            stream: hello.stream as usize,
+        };
+        let peer = slot.peer;
         match (self.key, hello.auth) {
-            (None, false) => self.admit(inc, peer, socks),
+            (None, false) => self.admit(inc, slot, slots),
             (None, true) => refuse(
                 inc,
                 Status::AuthUnexpected,
@@ -543,23 +603,24 @@ impl Acceptor<'_> {
                 if let Err(why) = answer(inc, &reply) {
                     return Step::Dropped(why);
                 }
-                inc.challenged = Some((inc.buf, peer, nonce));
+                inc.challenged = Some((inc.buf, slot, nonce));
                 Step::Pending
             }
         }
     }
 
-    /// Connects `peer` unless another connection already did.
-    fn admit(&self, inc: &mut Incoming, peer: usize, socks: &[Option<TcpStream>]) -> Step {
-        if socks[peer].is_some() {
+    /// Connects `slot` unless another connection already did.
+    fn admit(&self, inc: &mut Incoming, slot: Slot, slots: &Slots) -> Step {
+        if slots.taken(slot) {
+            let Slot { peer, stream } = slot;
             return refuse(
                 inc,
                 Status::Duplicate,
-                format!("a second connection claims rank {peer}, which is already connected"),
+                format!("a second connection claims rank {peer} (stream {stream}), which is already connected"),
             );
         }
         match answer(inc, &Reply::plain(Status::Ok)) {
-            Ok(()) => Step::Done(peer),
+            Ok(()) => Step::Done(slot),
             Err(why) => Step::Dropped(why),
         }
     }
@@ -582,16 +643,17 @@ fn refuse(inc: &mut Incoming, status: Status, why: String) -> Step {
     Step::Dropped(why)
 }
 
-/// Accepts the higher ranks on `listener` until all are connected or `deadline` passes.
+/// Accepts the connections `slots` expects on `listener` until all are connected or
+/// `deadline` passes.
 fn accept_peers(
     listener: &TcpListener,
     acceptor: &Acceptor<'_>,
-    socks: &mut [Option<TcpStream>],
+    slots: &mut Slots,
     deadline: Instant,
 ) -> Result<()> {
     let rank = acceptor.rank;
     let mut pending: Vec<Incoming> = Vec::with_capacity(MAX_PENDING);
-    let mut missing = socks.iter().skip(rank + 1).filter(|s| s.is_none()).count();
+    let mut missing = slots.missing().count();
     let drop_conn = |inc: Incoming, why: &str| {
         log::warn!("rank {rank}: dropped a connection from {}: {why}", inc.from);
     };
@@ -628,14 +690,14 @@ fn accept_peers(
             let step = if pending[i].since.elapsed() > HANDSHAKE_TIMEOUT {
                 Step::Dropped("it did not finish the handshake in time".into())
             } else {
-                acceptor.step(&mut pending[i], socks)
+                acceptor.step(&mut pending[i], slots)
             };
             match step {
                 Step::Pending => i += 1,
-                Step::Done(peer) => {
+                Step::Done(slot) => {
                     let inc = pending.swap_remove(i);
                     configure(&inc.sock)?;
-                    socks[peer] = Some(inc.sock);
+                    slots.socks[slot.peer][slot.stream] = Some(inc.sock);
                     missing -= 1;
                 }
                 Step::Dropped(why) => drop_conn(pending.swap_remove(i), &why),
@@ -645,10 +707,8 @@ fn accept_peers(
             break;
         }
         let left = remaining(deadline).ok_or_else(|| {
-            let absent: Vec<String> = (rank + 1..socks.len())
-                .filter(|&p| socks[p].is_none())
-                .map(|p| p.to_string())
-                .collect();
+            let mut absent: Vec<String> = slots.missing().map(|s| s.peer.to_string()).collect();
+            absent.dedup();
             Error::network(format!(
                 "rank {rank} timed out waiting for ranks [{}] to connect",
                 absent.join(", ")
@@ -719,6 +779,8 @@ pub struct Mesh {
     pub lower: Vec<Option<SocketAddr>>,
     /// The shortest handshake round trip this rank saw connecting to the lower ranks.
     pub round_trip: Option<Duration>,
+    /// Where the higher ranks connect, kept for their extra streams ([`connect_streams`]).
+    listener: Option<TcpListener>,
 }
 
 /// A TCP listener on `ip` and a UDP socket with the same port number.
@@ -761,6 +823,7 @@ pub fn connect_mesh_with(
             udp: None,
             lower,
             round_trip: None,
+            listener: None,
         });
     }
     let size32 = u32::try_from(size).map_err(|_| Error::invalid("world size exceeds u32"))?;
@@ -793,21 +856,17 @@ pub fn connect_mesh_with(
                  {peer_job:#x}, rank 0's is {job:#x}): stale keys in the store?"
             )));
         }
-        let mut sock = connect_with_retry(peer_addr, deadline, peer)?;
         let hello = Hello {
             job,
             group,
             size: size32,
             rank: rank as u64,
+            stream: 0,
             auth: key.is_some(),
-            nonce: match key {
-                Some(_) => auth::nonce()?,
-                None => [0; NONCE_LEN],
-            },
+            nonce: [0; NONCE_LEN],
         };
-        let round_trip = greet(&mut sock, &hello, key, peer, peer_addr, deadline)?;
+        let (sock, round_trip) = dial(hello, key, peer, peer_addr, deadline)?;
         shortest_round_trip = Some(shortest_round_trip.map_or(round_trip, |s| s.min(round_trip)));
-        configure(&sock)?;
         *slot = Some(sock);
         lower[peer] = Some(peer_addr);
     }
@@ -821,14 +880,101 @@ pub fn connect_mesh_with(
         job,
         key,
     };
-    accept_peers(&listener, &acceptor, &mut socks, deadline)?;
+    let mut slots = Slots {
+        socks: (0..size)
+            .map(|p| if p > rank { vec![None] } else { Vec::new() })
+            .collect(),
+        first_stream: 0,
+    };
+    accept_peers(&listener, &acceptor, &mut slots, deadline)?;
+    for (slot, mut accepted) in socks.iter_mut().zip(slots.socks).skip(rank + 1) {
+        *slot = accepted.pop().flatten();
+    }
     Ok(Mesh {
         socks,
         job,
         udp: Some(udp),
         lower,
         round_trip: shortest_round_trip,
+        listener: Some(listener),
     })
+}
+
+/// Connects to `peer` at `addr` as `hello` says (with a fresh nonce when keyed) and configures
+/// the socket; returns it with the handshake's round trip.
+fn dial(
+    mut hello: Hello,
+    key: Option<&AuthKey>,
+    peer: usize,
+    addr: SocketAddr,
+    deadline: Instant,
+) -> Result<(TcpStream, Duration)> {
+    if key.is_some() {
+        hello.nonce = auth::nonce()?;
+    }
+    let mut sock = connect_with_retry(addr, deadline, peer)?;
+    let round_trip = greet(&mut sock, &hello, key, peer, addr, deadline)?;
+    configure(&sock)?;
+    Ok((sock, round_trip))
+}
+
+/// Opens `streams - 1` more connections to every peer that `mesh` reaches across hosts
+/// (lower ranks are dialled, higher ones accepted, as for the first), before `deadline`.
+/// Returns them by peer (none for peers on this host, or with `streams` 1). Every rank must
+/// pass the same `streams`.
+pub fn connect_streams(
+    mesh: &Mesh,
+    rank: usize,
+    group: u32,
+    streams: usize,
+    deadline: Instant,
+    key: Option<&AuthKey>,
+) -> Result<Vec<Vec<TcpStream>>> {
+    let size = mesh.socks.len();
+    let mut extra: Vec<Vec<TcpStream>> = (0..size).map(|_| Vec::new()).collect();
+    let cross = |p: usize| mesh.socks[p].as_ref().is_some_and(between_hosts);
+    let Some(listener) = mesh.listener.as_ref().filter(|_| streams > 1) else {
+        return Ok(extra);
+    };
+    let size32 = u32::try_from(size).map_err(|_| Error::invalid("world size exceeds u32"))?;
+    for peer in (0..rank).filter(|&p| cross(p)) {
+        let addr = mesh.lower[peer].ok_or_else(|| {
+            Error::backend(format!("rank {peer}'s address is unknown to rank {rank}"))
+        })?;
+        for stream in 1..streams {
+            let hello = Hello {
+                job: mesh.job,
+                group,
+                size: size32,
+                rank: rank as u64,
+                stream: stream as u32,
+                auth: key.is_some(),
+                nonce: [0; NONCE_LEN],
+            };
+            extra[peer].push(dial(hello, key, peer, addr, deadline)?.0);
+        }
+    }
+    let acceptor = Acceptor {
+        rank,
+        size,
+        group,
+        job: mesh.job,
+        key,
+    };
+    let mut slots = Slots {
+        socks: (0..size)
+            .map(|p| {
+                let n = if p > rank && cross(p) { streams } else { 0 };
+                (0..n).map(|_| None).collect()
+            })
+            .collect(),
+        first_stream: 1,
+    };
+    accept_peers(listener, &acceptor, &mut slots, deadline)?;
+    for (peer, accepted) in slots.socks.into_iter().enumerate() {
+        extra[peer].extend(accepted.into_iter().flatten());
+    }
+    Ok(extra)
 }
 
 /// The links' one-way latency, the same on every rank: half the shortest handshake round
@@ -868,46 +1014,84 @@ fn between_hosts(sock: &TcpStream) -> bool {
     }
 }
 
-/// The bandwidth of the links between hosts in bytes per second, the same on every rank, or
-/// None when no link joins two hosts (nothing is sent then). Each rank streams
-/// [`PROBE_BYTES`] over `socks` (a fresh [`Mesh`]'s, before any frame) to the next rank when
-/// that link joins two hosts, while timing what the previous rank streams to it; rank 0
-/// publishes the slowest rate under `prefix`. Costs a few ms and two store round trips per
-/// group, only when it spans hosts.
-pub fn agree_bandwidth(
+/// What the ranks agreed about the links between hosts at connect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkAgreement {
+    /// The slowest link's rate in bytes per second (None: no link joins two hosts, or it
+    /// could not be timed).
+    pub bandwidth: Option<u64>,
+    /// Connections to each peer on another host (1 on one host).
+    pub streams: usize,
+}
+
+/// Bytes one TCP stream of this host can keep in flight: half the smaller of the kernel's
+/// largest send and receive buffers (`tcp_wmem`, `tcp_rmem`), which also hold bookkeeping.
+/// Linux's defaults (4 MiB and 6 MiB) when they cannot be read.
+pub fn stream_window() -> u64 {
+    let max = |name: &str, default: u64| {
+        std::fs::read_to_string(format!("/proc/sys/net/ipv4/{name}"))
+            .ok()
+            .and_then(|t| t.split_whitespace().nth(2)?.parse().ok())
+            .unwrap_or(default)
+    };
+    max("tcp_wmem", 4 << 20).min(max("tcp_rmem", 6 << 20)) / 2
+}
+
+/// The links between hosts, the same on every rank: their bandwidth, and how many streams to
+/// open to each peer across them. Each rank streams [`PROBE_BYTES`] over `socks` (a fresh
+/// [`Mesh`]'s, before any frame) to the next rank when that link joins two hosts, while timing
+/// what the previous rank streams to it, and publishes that rate with its [`stream_window`];
+/// rank 0 takes the slowest rate and the smallest window, asks `streams_for(rate, window)`
+/// how many streams that needs, and publishes both under `prefix`. Costs a few ms and two
+/// store round trips per group, only when it spans hosts.
+pub fn agree_links(
     store: &dyn Store,
     prefix: &str,
     rank: usize,
     size: usize,
     socks: &[Option<TcpStream>],
     deadline: Instant,
-) -> Result<Option<u64>> {
+    streams_for: &dyn Fn(Option<u64>, u64) -> Result<usize>,
+) -> Result<LinkAgreement> {
     // One rank sees every other; if none of its links joins two hosts, no link does.
     if !socks.iter().flatten().any(between_hosts) {
-        return Ok(None);
+        return Ok(LinkAgreement {
+            bandwidth: None,
+            streams: 1,
+        });
     }
     let (next, prev) = ((rank + 1) % size, (rank + size - 1) % size);
     let cross = |p: usize| socks[p].as_ref().filter(|s| between_hosts(s));
-    let mine = probe((cross(next), next), (cross(prev), prev), deadline)?;
+    let rate = probe((cross(next), next), (cross(prev), prev), deadline)?;
+    let rate_text = |r: Option<u64>| r.map_or_else(|| "-".to_string(), |r| r.to_string());
     let key = |r: usize| format!("{prefix}/link_bandwidth/{r}");
     let agreed = format!("{prefix}/link_bandwidth");
     let text = if rank == 0 {
-        let mut slowest = mine;
+        let (mut slowest, mut window) = (rate, stream_window());
         for r in 1..size {
             let raw = store.get(&key(r), remaining(deadline))?;
-            if let Ok(rate) = String::from_utf8_lossy(&raw).parse::<u64>() {
-                slowest = Some(slowest.map_or(rate, |s| s.min(rate)));
+            let raw = String::from_utf8_lossy(&raw);
+            let mut fields = raw.split(' ');
+            if let Some(Ok(r)) = fields.next().map(str::parse::<u64>) {
+                slowest = Some(slowest.map_or(r, |s| s.min(r)));
+            }
+            if let Some(Ok(w)) = fields.next().map(str::parse::<u64>) {
+                window = window.min(w);
             }
         }
-        let text = slowest.map_or_else(|| "-".to_string(), |r| r.to_string());
+        let text = format!("{} {}", rate_text(slowest), streams_for(slowest, window)?);
         store.set(&agreed, text.as_bytes())?;
         text
     } else {
-        let text = mine.map_or_else(|| "-".to_string(), |r| r.to_string());
-        store.set(&key(rank), text.as_bytes())?;
+        let mine = format!("{} {}", rate_text(rate), stream_window());
+        store.set(&key(rank), mine.as_bytes())?;
         String::from_utf8_lossy(&store.get(&agreed, remaining(deadline))?).into_owned()
     };
-    Ok(text.parse().ok())
+    let (bandwidth, streams) = text.split_once(' ').unwrap_or((&text, "1"));
+    Ok(LinkAgreement {
+        bandwidth: bandwidth.parse().ok(),
+        streams: streams.parse().unwrap_or(1).max(1),
+    })
 }
 
 /// Streams [`PROBE_BYTES`] into `to` (rank `next`'s socket) while reading as many from

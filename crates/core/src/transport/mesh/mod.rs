@@ -26,7 +26,7 @@ use crate::tensor::RawBuf;
 use crate::transport::frame::{abort_class, FrameKind, Header};
 use crate::transport::heartbeat::{Heartbeat, HeartbeatConfig, Identity};
 use crate::transport::shm::{share_memory, ShmHost, ShmPipe};
-use crate::transport::tcp::{agree_bandwidth, agree_latency, connect_mesh};
+use crate::transport::tcp::{agree_latency, agree_links, connect_mesh, connect_streams};
 use crate::transport::workspace::Workspace;
 use crate::transport::{Op, OpCtx, P2pDone, SharedMemory, Transport};
 use crate::types::CollectiveKind;
@@ -68,9 +68,9 @@ struct Peer {
 }
 
 impl Peer {
-    fn new(sock: TcpStream, shm: Option<ShmPipe>) -> Result<Peer> {
+    fn new(sock: TcpStream, shm: Option<ShmPipe>, extra: Vec<TcpStream>) -> Result<Peer> {
         Ok(Peer {
-            link: Connection::new(sock, shm)?,
+            link: Connection::new(sock, shm, extra)?,
             rx: RX_IDLE,
             txq: VecDeque::new(),
             queued: 0,
@@ -134,6 +134,8 @@ pub struct MeshTransport {
     /// The slowest link between hosts in bytes per second, measured at connect (the same on
     /// every rank; None when the group is on one host).
     bandwidth: Option<u64>,
+    /// TCP streams to each peer on another host (1 on one host).
+    streams: usize,
     /// Fails the group (through `cancel`) when a peer goes silent; stopped at shutdown.
     heartbeat: Option<Heartbeat>,
     /// Shared memory with the peers on this host; after `peers` and `ws`, so the pipes and
@@ -153,9 +155,17 @@ impl MeshTransport {
         self.bandwidth
     }
 
+    /// TCP streams joining this rank to each peer on another host (1 when none is).
+    pub fn streams(&self) -> usize {
+        self.streams
+    }
+
     /// Joins the mesh of group `group` (rendezvous keys under `prefix` in `store`) within
     /// `timeout`: TCP to every peer, and shared memory to those on this host when
-    /// `shared_memory` (every rank must pass the same). Waits stop once `cancel` is raised.
+    /// `shared_memory` (every rank must pass the same). Peers on other hosts get as many TCP
+    /// streams as `streams_for(latency, bandwidth, window)` says on rank 0, given what
+    /// connecting measured and the bytes one stream keeps in flight. Waits stop once `cancel`
+    /// is raised.
     #[allow(clippy::too_many_arguments)]
     pub fn connect(
         store: Arc<dyn Store>,
@@ -166,6 +176,7 @@ impl MeshTransport {
         timeout: Duration,
         shared_memory: bool,
         cancel: Arc<Cancel>,
+        streams_for: &dyn Fn(Option<Duration>, Option<u64>, u64) -> Result<usize>,
     ) -> Result<MeshTransport> {
         if size == 0 || rank >= size {
             return Err(Error::invalid(format!(
@@ -174,13 +185,13 @@ impl MeshTransport {
         }
         let deadline = Instant::now() + timeout;
         let heartbeat_config = HeartbeatConfig::from_env()?;
-        let mesh = connect_mesh(&*store, prefix, rank, size, group, deadline)?;
+        let mut mesh = connect_mesh(&*store, prefix, rank, size, group, deadline)?;
         let peer_ips: Vec<_> = mesh
             .socks
             .iter()
             .map(|s| s.as_ref().and_then(|s| s.peer_addr().ok()).map(|a| a.ip()))
             .collect();
-        let heartbeat = match (heartbeat_config, mesh.udp) {
+        let heartbeat = match (heartbeat_config, mesh.udp.take()) {
             (Some(config), Some(udp)) => Some(Heartbeat::start(
                 udp,
                 Identity {
@@ -198,7 +209,24 @@ impl MeshTransport {
             _ => None,
         };
         let latency = agree_latency(&*store, prefix, rank, size, mesh.round_trip, deadline)?;
-        let bandwidth = agree_bandwidth(&*store, prefix, rank, size, &mesh.socks, deadline)?;
+        let links = agree_links(
+            &*store,
+            prefix,
+            rank,
+            size,
+            &mesh.socks,
+            deadline,
+            &|b, w| streams_for(latency, b, w),
+        )?;
+        let mut extra = connect_streams(
+            &mesh,
+            rank,
+            group,
+            links.streams,
+            deadline,
+            AuthKey::from_env().as_ref(),
+        )?
+        .into_iter();
         let socks = mesh.socks;
         let (host, host_of) = if shared_memory {
             share_memory(&*store, prefix, rank, size, group, deadline)?
@@ -213,7 +241,8 @@ impl MeshTransport {
             .into_iter()
             .enumerate()
             .map(|(p, sock)| {
-                sock.map(|s| Peer::new(s, host.as_ref().and_then(|h| h.pipe(rank, p))))
+                let extra = extra.next().unwrap_or_default();
+                sock.map(|s| Peer::new(s, host.as_ref().and_then(|h| h.pipe(rank, p)), extra))
                     .transpose()
             })
             .collect::<Result<_>>()?;
@@ -236,7 +265,8 @@ impl MeshTransport {
                 _ => false,
             },
             latency,
-            bandwidth,
+            bandwidth: links.bandwidth,
+            streams: links.streams,
             ws,
             ws_seq: u64::MAX,
             heartbeat,
@@ -461,7 +491,7 @@ impl Transport for MeshTransport {
             self.send_control(FrameKind::Goodbye, 0, &[]);
         }
         for peer in self.peers.iter_mut().flatten() {
-            let _ = peer.link.sock.shutdown(std::net::Shutdown::Both);
+            peer.link.shutdown();
             peer.closed = true;
         }
     }

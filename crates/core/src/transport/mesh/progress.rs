@@ -2,7 +2,6 @@
 //! rounds without progress spins briefly, then sleeps (poll(2) on the sockets, or the
 //! shared-memory doorbell in short naps), noticing aborts, dead peers and deadlines.
 
-use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use super::rx::StepRecv;
@@ -10,7 +9,7 @@ use super::MeshTransport;
 use crate::error::{Error, Result};
 use crate::interrupt;
 use crate::spin::Spin;
-use crate::transport::tcp::{poll_fds, pollfd};
+use crate::transport::tcp::poll_fds;
 use crate::transport::{remaining, OpCtx};
 
 /// Longest sleep of an idle pump, so that new work queued behind posted receives starts soon.
@@ -93,15 +92,9 @@ impl MeshTransport {
         }
         let mut fds: Vec<libc::pollfd> = Vec::with_capacity(self.size);
         for peer in self.peers.iter().flatten() {
-            if peer.closed {
-                continue;
+            if !peer.closed {
+                fds.extend(peer.link.pollfds(!peer.txq.is_empty()));
             }
-            let events = if peer.txq.is_empty() {
-                libc::POLLIN
-            } else {
-                libc::POLLIN | libc::POLLOUT
-            };
-            fds.push(pollfd(peer.link.sock.as_raw_fd(), events));
         }
         poll_fds(&mut fds, left);
         Ok(())

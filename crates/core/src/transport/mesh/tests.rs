@@ -18,7 +18,17 @@ fn connect_pair(prefix: &str) -> [MeshTransport; 2] {
         let (store, prefix) = (store.clone(), prefix.to_string());
         std::thread::spawn(move || {
             let cancel = Arc::new(Cancel::default());
-            MeshTransport::connect(store, &prefix, rank, 2, 7, TIMEOUT, false, cancel)
+            MeshTransport::connect(
+                store,
+                &prefix,
+                rank,
+                2,
+                7,
+                TIMEOUT,
+                false,
+                cancel,
+                &|_, _, _| Ok(1),
+            )
         })
     };
     let (a, b) = (dial(0), dial(1));

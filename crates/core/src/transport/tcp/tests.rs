@@ -39,11 +39,16 @@ fn rank0(store: &HashStore, prefix: &str) -> (SocketAddr, u64) {
 }
 
 fn hello(job: u64, group: u32, size: u32, rank: u64) -> [u8; HELLO_LEN] {
+    hello_stream(job, group, size, rank, 0)
+}
+
+fn hello_stream(job: u64, group: u32, size: u32, rank: u64, stream: u32) -> [u8; HELLO_LEN] {
     Hello {
         job,
         group,
         size,
         rank,
+        stream,
         auth: false,
         nonce: [0; NONCE_LEN],
     }
@@ -141,6 +146,11 @@ fn tcp_mesh_forms_despite_hostile_connections() {
         status(addr, &hello(job, GROUP, 3, 0)),
         Some(Status::BadRank),
         "itself"
+    );
+    assert_eq!(
+        status(addr, &hello_stream(job, GROUP, 3, 1, 1)),
+        Some(Status::BadRank),
+        "an extra stream before the first connections are made"
     );
     // An auth hello to a rank without a key.
     let mut authed = hello(job, GROUP, 3, 1);
@@ -304,6 +314,7 @@ fn tcp_handshake_messages_round_trip() {
         group: 9,
         size: 4,
         rank: 3,
+        stream: 5,
         auth: true,
         nonce: [7; NONCE_LEN],
     };
@@ -418,9 +429,10 @@ fn socket_pair(between_hosts: bool) -> (TcpStream, TcpStream) {
     (a, b)
 }
 
-/// Runs `agree_bandwidth` on every rank of `socks` (by rank) in threads; then checks that
-/// each link's stream holds nothing more (the probe was read to its end).
-fn agreed_bandwidths(socks: Vec<Vec<Option<TcpStream>>>) -> Vec<Option<u64>> {
+/// Runs `agree_links` on every rank of `socks` (by rank) in threads, asking for `streams`
+/// streams (and checking the window it is told); then checks that each link's stream holds
+/// nothing more (the probe was read to its end).
+fn agreed_links(socks: Vec<Vec<Option<TcpStream>>>, streams: usize) -> Vec<LinkAgreement> {
     let store = Arc::new(HashStore::new());
     let size = socks.len();
     let handles: Vec<_> = socks
@@ -430,8 +442,13 @@ fn agreed_bandwidths(socks: Vec<Vec<Option<TcpStream>>>) -> Vec<Option<u64>> {
             let store = store.clone();
             thread::spawn(move || {
                 let deadline = Instant::now() + Duration::from_secs(20);
-                let rate = agree_bandwidth(&*store, "bw", rank, size, &socks, deadline).unwrap();
-                (rate, socks)
+                let policy = |rate: Option<u64>, window: u64| {
+                    assert!(rate.is_some_and(|r| r > 0), "rate {rate:?}");
+                    assert_eq!(window, stream_window());
+                    Ok(streams)
+                };
+                let agreed = agree_links(&*store, "bw", rank, size, &socks, deadline, &policy);
+                (agreed.unwrap(), socks)
             })
         })
         .collect();
@@ -440,34 +457,53 @@ fn agreed_bandwidths(socks: Vec<Vec<Option<TcpStream>>>) -> Vec<Option<u64>> {
         let err = (&*s).read(&mut [0u8; 1]).unwrap_err();
         assert!(timed_out(&err), "bytes left on the link: {err}");
     }
-    done.into_iter().map(|(rate, _)| rate).collect()
+    done.into_iter().map(|(agreed, _)| agreed).collect()
 }
 
 #[test]
 fn links_between_hosts_are_timed_and_every_rank_agrees_on_the_slowest() {
     // Two ranks on two hosts.
     let (a, b) = socket_pair(true);
-    let rates = agreed_bandwidths(vec![vec![None, Some(a)], vec![Some(b), None]]);
-    assert!(rates[0].is_some_and(|r| r > 0), "{rates:?}");
-    assert_eq!(rates[0], rates[1]);
+    let agreed = agreed_links(vec![vec![None, Some(a)], vec![Some(b), None]], 3);
+    assert!(agreed[0].bandwidth.is_some_and(|r| r > 0), "{agreed:?}");
+    assert_eq!(agreed[0].streams, 3);
+    assert_eq!(agreed[0], agreed[1]);
     // Ranks 0 and 1 on one host, rank 2 on another: only 1 -> 2 and 2 -> 0 are timed.
     let (s01, s10) = socket_pair(false);
     let (s12, s21) = socket_pair(true);
     let (s20, s02) = socket_pair(true);
-    let rates = agreed_bandwidths(vec![
-        vec![None, Some(s01), Some(s02)],
-        vec![Some(s10), None, Some(s12)],
-        vec![Some(s20), Some(s21), None],
-    ]);
-    assert!(rates[0].is_some_and(|r| r > 0), "{rates:?}");
-    assert!(rates.iter().all(|r| *r == rates[0]), "{rates:?}");
+    let agreed = agreed_links(
+        vec![
+            vec![None, Some(s01), Some(s02)],
+            vec![Some(s10), None, Some(s12)],
+            vec![Some(s20), Some(s21), None],
+        ],
+        2,
+    );
+    assert!(agreed[0].bandwidth.is_some_and(|r| r > 0), "{agreed:?}");
+    assert!(agreed.iter().all(|a| *a == agreed[0]), "{agreed:?}");
+    assert_eq!(agreed[0].streams, 2);
 }
 
 #[test]
 fn links_on_one_host_are_not_timed() {
     let (a, b) = socket_pair(false);
+    let one = LinkAgreement {
+        bandwidth: None,
+        streams: 1,
+    };
+    // The policy is not asked (it would say 4): one host needs one stream.
     assert_eq!(
-        agreed_bandwidths(vec![vec![None, Some(a)], vec![Some(b), None]]),
-        [None, None]
+        agreed_links(vec![vec![None, Some(a)], vec![Some(b), None]], 4),
+        [one, one]
     );
+}
+
+#[test]
+fn the_stream_window_is_half_the_smaller_tcp_buffer() {
+    let max = |name: &str| -> u64 {
+        let t = std::fs::read_to_string(format!("/proc/sys/net/ipv4/{name}")).unwrap();
+        t.split_whitespace().nth(2).unwrap().parse().unwrap()
+    };
+    assert_eq!(stream_window(), max("tcp_wmem").min(max("tcp_rmem")) / 2);
 }
