@@ -39,9 +39,9 @@ def _ipv4(hex_addr: str) -> tuple[str, int]:
     return socket.inet_ntoa(int(ip, 16).to_bytes(4, "little")), int(port, 16)
 
 
-def peer_connections() -> list[str]:
-    """The local IPv4 address of each established TCP connection this process holds, but for
-    those of the store (MASTER_PORT): one per peer stream."""
+def peer_connections() -> set[tuple[str, int, str, int]]:
+    """The established TCP connections this process holds, as (local address, port, remote
+    address, port), but for those of the store (MASTER_PORT)."""
     store_port = int(os.environ["MASTER_PORT"])
     mine = set()
     for fd in os.listdir("/proc/self/fd"):
@@ -51,28 +51,38 @@ def peer_connections() -> list[str]:
             continue
         if target.startswith("socket:["):
             mine.add(target[len("socket:["):-1])
-    ips = []
+    found = set()
     with open("/proc/self/net/tcp") as f:
         next(f)
         for line in f:
             fields = line.split()
-            (local, lport), (_, rport) = _ipv4(fields[1]), _ipv4(fields[2])
+            (local, lport), (remote, rport) = _ipv4(fields[1]), _ipv4(fields[2])
             if fields[3] == "01" and store_port not in (lport, rport) and fields[9] in mine:
-                ips.append(local)
-    return ips
+                found.add((local, lport, remote, rport))
+    return found
+
+
+def _opened(before: set[tuple[str, int, str, int]]) -> dict[str, Any]:
+    """The peer connections opened since `before` was taken: their local addresses and count
+    (one per peer stream of the group made meanwhile; earlier groups' do not count)."""
+    opened = peer_connections() - before
+    return {"peer_ips": sorted({c[0] for c in opened}), "connections": len(opened)}
 
 
 def case_where(dist: Any, rank: int, world: int) -> dict[str, Any]:
-    """This rank's hostname, MASTER_ADDR, the local addresses of its peer connections and
-    their count, and the streams per peer on other hosts (the group is initialised; an
-    all_reduce proves it works)."""
-    t = torch.ones(3)
-    dist.all_reduce(t)
-    assert t.tolist() == [float(world)] * 3, t
-    connections = peer_connections()
-    return {"hostname": socket.gethostname(), "master": os.environ["MASTER_ADDR"],
-            "peer_ips": sorted(set(connections)), "connections": len(connections),
-            "streams": dist.group.WORLD._pg.streams_per_peer}
+    """This rank's hostname, MASTER_ADDR, and of a new group of every rank: the local addresses
+    of the peer connections it opened, their count, and its streams per peer on other hosts
+    (an all_reduce on it proves it works)."""
+    before = peer_connections()
+    group = dist.new_group(list(range(world)))
+    try:
+        t = torch.ones(3)
+        dist.all_reduce(t, group=group)
+        assert t.tolist() == [float(world)] * 3, t
+        return {"hostname": socket.gethostname(), "master": os.environ["MASTER_ADDR"],
+                **_opened(before), "streams": group._pg.streams_per_peer}
+    finally:
+        dist.destroy_process_group(group)
 
 
 def case_init_with_env(dist: Any, rank: int, world: int, env: dict[str, Optional[str]],
@@ -81,6 +91,7 @@ def case_init_with_env(dist: Any, rank: int, world: int, env: dict[str, Optional
     ``ok`` with the peer connections' local addresses, their count, the group's TCP link model
     (latency in seconds, bytes per second) and streams per peer, or the exception's type and
     text. The all_reduce moves 3 MiB too, more than one stripe of a striped link."""
+    before = peer_connections()
     with environ(env):
         try:
             dist.init_process_group("rustdist", init_method=init_method, rank=rank,
@@ -89,7 +100,7 @@ def case_init_with_env(dist: Any, rank: int, world: int, env: dict[str, Optional
             return {"ok": False, "type": type(e).__name__, "msg": str(e),
                     "trace": traceback.format_exc()}
         try:
-            connections = peer_connections()
+            opened = _opened(before)
             pg = dist.group.WORLD._pg
             link_model, streams = pg.link_model, pg.streams_per_peer
             for n in (4, 3 << 18):
@@ -99,5 +110,4 @@ def case_init_with_env(dist: Any, rank: int, world: int, env: dict[str, Optional
                 assert torch.equal(t, want), f"all_reduce of {n} float32 differs"
         finally:
             dist.destroy_process_group()
-    return {"ok": True, "peer_ips": sorted(set(connections)), "connections": len(connections),
-            "link_model": link_model, "streams": streams}
+    return {"ok": True, **opened, "link_model": link_model, "streams": streams}
