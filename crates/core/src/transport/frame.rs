@@ -8,6 +8,15 @@ use crate::types::{CollectiveKind, DType, ReduceOp};
 
 const MAGIC: u32 = 0x5244_5354; // "RDST"
 pub const HEADER_LEN: usize = 40;
+/// Where a header holds its payload's length.
+const LEN_AT: usize = 32;
+
+/// The payload length a header's bytes claim, read without checking the rest of the header.
+pub fn payload_len(b: &[u8; HEADER_LEN]) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&b[LEN_AT..LEN_AT + 8]);
+    u64::from_le_bytes(w)
+}
 
 #[repr(u8)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,7 +54,7 @@ impl Header {
         b[12..16].copy_from_slice(&self.step.to_le_bytes());
         b[16..24].copy_from_slice(&self.seq.to_le_bytes());
         b[24..32].copy_from_slice(&self.count.to_le_bytes());
-        b[32..40].copy_from_slice(&self.len.to_le_bytes());
+        b[LEN_AT..LEN_AT + 8].copy_from_slice(&self.len.to_le_bytes());
         b
     }
 
@@ -82,7 +91,7 @@ impl Header {
             step: word(12),
             seq: long(16),
             count: long(24),
-            len: long(32),
+            len: payload_len(b),
         })
     }
 
