@@ -33,32 +33,29 @@ def environ(values: dict[str, Optional[str]]) -> Iterator[None]:
         _set_environ(saved)
 
 
-def _ipv4(hex_addr: str) -> tuple[str, int]:
-    """An address of /proc/net/tcp ("0100007F:1F90") as ("127.0.0.1", 8080)."""
-    ip, port = hex_addr.split(":")
-    return socket.inet_ntoa(int(ip, 16).to_bytes(4, "little")), int(port, 16)
-
-
 def peer_connections() -> set[tuple[str, int, str, int]]:
-    """The established TCP connections this process holds, as (local address, port, remote
-    address, port), but for those of the store (MASTER_PORT)."""
-    store_port = int(os.environ["MASTER_PORT"])
-    mine = set()
+    """The connected TCP sockets this process holds, as (local address, port, remote address,
+    port), but for those of the store (MASTER_ADDR:MASTER_PORT at either end). Each socket is
+    asked for its addresses: /proc/net/tcp, read in several calls, is no snapshot and may skip
+    a connection while others open or close."""
+    store = (socket.gethostbyname(os.environ["MASTER_ADDR"]), int(os.environ["MASTER_PORT"]))
+    found = set()
     for fd in os.listdir("/proc/self/fd"):
         try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
+            if not os.readlink(f"/proc/self/fd/{fd}").startswith("socket:["):
+                continue
+            sock = socket.socket(fileno=os.dup(int(fd)))
         except OSError:  # closed meanwhile
             continue
-        if target.startswith("socket:["):
-            mine.add(target[len("socket:["):-1])
-    found = set()
-    with open("/proc/self/net/tcp") as f:
-        next(f)
-        for line in f:
-            fields = line.split()
-            (local, lport), (remote, rport) = _ipv4(fields[1]), _ipv4(fields[2])
-            if fields[3] == "01" and store_port not in (lport, rport) and fields[9] in mine:
-                found.add((local, lport, remote, rport))
+        with sock:
+            if sock.family != socket.AF_INET or sock.type != socket.SOCK_STREAM:
+                continue
+            try:
+                local, remote = sock.getsockname(), sock.getpeername()
+            except OSError:  # a listener
+                continue
+        if store not in (local, remote):
+            found.add((*local, *remote))
     return found
 
 
