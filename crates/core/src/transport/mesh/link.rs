@@ -19,11 +19,17 @@ pub(super) trait Link: Send {
     /// Writes what fits; `WouldBlock` when nothing does.
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize>;
     /// Whether the pipe is memory (waiting is then on the doorbell, not poll(2)).
-    fn in_memory(&self) -> bool;
+    fn in_memory(&self) -> bool {
+        false
+    }
     /// Memory pipes: whether unread bytes wait, and whether a write would fit (a socket
     /// answers both through poll(2)).
-    fn has_data(&self) -> bool;
-    fn has_space(&self) -> bool;
+    fn has_data(&self) -> bool {
+        false
+    }
+    fn has_space(&self) -> bool {
+        false
+    }
     /// Sockets: the ones poll(2) waits on for the next read and the next write.
     fn poll_fds(&self) -> Option<(RawFd, RawFd)>;
     /// Sockets: ends every stream both ways, so the peer reads EOF wherever it reads.
@@ -37,18 +43,6 @@ impl Link for TcpStream {
 
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         Write::write_vectored(self, bufs)
-    }
-
-    fn in_memory(&self) -> bool {
-        false
-    }
-
-    fn has_data(&self) -> bool {
-        false
-    }
-
-    fn has_space(&self) -> bool {
-        false
     }
 
     fn poll_fds(&self) -> Option<(RawFd, RawFd)> {
@@ -213,18 +207,6 @@ impl Link for Striped {
             }
         }
         Ok(sent)
-    }
-
-    fn in_memory(&self) -> bool {
-        false
-    }
-
-    fn has_data(&self) -> bool {
-        false
-    }
-
-    fn has_space(&self) -> bool {
-        false
     }
 
     fn poll_fds(&self) -> Option<(RawFd, RawFd)> {
