@@ -213,16 +213,29 @@ def _uneven(r: int) -> int:
     return (r * 7) % 5
 
 
-#: Bytes of float32 data around the size from which ranks on one host that may read each
-#: other's memory move all_gather and all_to_all data in one copy (select.rs), and well past it.
-LARGE_BYTES = [(256 << 10) - 4 * 4, 256 << 10, (3 << 20) + 4 * 4]
+#: Bytes of data around the sizes between which ranks on one host that may read each other's
+#: memory move all_gather, broadcast and all_reduce data in one copy (select.rs; the bands
+#: depend on the CPU), and well past them.
+LARGE_BYTES = [16 << 10, (256 << 10) - 4 * 4, 256 << 10, (1 << 20) + 4 * 4, 2 << 20,
+               (3 << 20) + 4 * 4]
 
 
 def case_large_transfers(dist: Any, rank: int, world: int) -> None:
-    """all_gather_into_tensor, all_gather (lists, uneven too) and all_to_all_single of equal
-    splits at sizes around the single-copy threshold: every element right on every rank, and
-    the inputs untouched."""
+    """all_gather_into_tensor, all_gather (lists, uneven too), all_to_all_single of equal
+    splits, broadcast and all_reduce at sizes around the single-copy thresholds: every element
+    right on every rank, and the inputs untouched."""
     for nbytes in LARGE_BYTES:
+        for dt, op in [(torch.float32, "SUM"), (torch.int32, "MAX")]:
+            kind = data_kind(op)
+            xs = [cgen(kind, dt, (nbytes // 4,), r, seed=nbytes + 4) for r in range(world)]
+            buf = xs[rank].clone()
+            assert dist.all_reduce(buf, op=op_of(dist, op)) is None
+            check(buf, ref(xs, op), f"all_reduce {op} of {nbytes // 4} {dt}", op)
+        root = world - 1
+        want = cgen("any", torch.float32, (nbytes // 4,), root, seed=nbytes + 3)
+        buf = want.clone() if rank == root else torch.zeros_like(want)
+        assert dist.broadcast(buf, src=root) is None
+        check(buf, want, f"broadcast of {nbytes // 4} float32 from rank {root}")
         n = max(1, nbytes // 4 // world)
         xs = [cgen("any", torch.float32, (n,), r, seed=nbytes) for r in range(world)]
         out = torch.zeros(world * n)

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use half::{bf16, f16};
 use rustdist_core::algorithms::{self, allgather, allreduce, alltoall, barrier, broadcast};
-use rustdist_core::algorithms::{gather, reduce, reduce_scatter, scatter, AlgoOverrides};
+use rustdist_core::algorithms::{gather, reduce, reduce_scatter, scatter, AlgoOverrides, HostCpu};
 use rustdist_core::reduce::{check_supported, reduce_into};
 use rustdist_core::transport::local::{mesh, mesh_on_hosts, LocalTransport};
 use rustdist_core::transport::workspace::{INLINE_BYTES, SLOT_BYTES};
@@ -231,6 +231,12 @@ fn all_reduce_algos() -> Vec<(&'static str, Layout, AllReduceFn)> {
             Layout::Together,
             allreduce::shm_twoshot::all_reduce,
         ),
+        // Peers' slices read straight from their memory (one process here: threads).
+        (
+            "shm_single_copy",
+            Layout::Together,
+            allreduce::shm_single_copy::all_reduce,
+        ),
         ("hierarchical", Layout::Mixed, |t, c, b| {
             allreduce::hierarchical::all_reduce(t, c, b, &AlgoOverrides::default())
         }),
@@ -371,7 +377,7 @@ fn all_reduce_is_bitwise_identical_with_nan_and_signed_zero() {
 #[test]
 fn broadcast_every_algorithm_world_length_root() {
     type BcastFn = fn(&mut dyn Transport, &OpCtx, &mut [u8], usize) -> Result<()>;
-    let algos: [(&str, &[Layout], BcastFn); 6] = [
+    let algos: [(&str, &[Layout], BcastFn); 7] = [
         (
             "binomial_tree",
             &[Layout::Apart],
@@ -384,6 +390,12 @@ fn broadcast_every_algorithm_world_length_root() {
             broadcast::chain::broadcast(t, c, b, r, 7)
         }),
         ("shm", &[Layout::Together], broadcast::shm::broadcast),
+        // The root's buffer read straight from its memory (one process here: threads).
+        (
+            "single copy",
+            &[Layout::Together],
+            broadcast::single_copy::broadcast,
+        ),
         ("hierarchical", &[Layout::Mixed], |t, c, b, r| {
             broadcast::hierarchical::broadcast(t, c, b, r, &AlgoOverrides::default())
         }),
@@ -802,9 +814,14 @@ fn barrier_waits_for_every_rank() {
 #[test]
 fn random_cases_match_the_reference() {
     // A property test: random worlds, layouts, dtypes, ops and lengths through the
-    // dispatchers (which pick the algorithm), against the sequential reference.
-    let o = AlgoOverrides::default();
+    // dispatchers (which pick the algorithm, with either CPU's bands), against the sequential
+    // reference.
     for case in 0..120u64 {
+        let cpu = [HostCpu::Other, HostCpu::Intel][case as usize % 2];
+        let o = AlgoOverrides {
+            cpu,
+            ..AlgoOverrides::default()
+        };
         let h = mix(case ^ 0xC0FFEE);
         let n = 1 + (h % 5) as usize;
         let layout = ALL_LAYOUTS[(h >> 3) as usize % 3];
@@ -814,9 +831,11 @@ fn random_cases_match_the_reference() {
         let numel = match (h >> 13) % 4 {
             0 => (h >> 16) as usize % 16,
             1 => (h >> 16) as usize % 1000,
-            _ => (h >> 16) as usize % 70_000,
+            2 => (h >> 16) as usize % 70_000,
+            // Past 2 MiB in all (Intel's single-copy all_reduce).
+            _ => (2 << 20) / dtype.size() / n + (h >> 16) as usize % 1000,
         };
-        let what = format!("case {case}: {layout:?} n={n} numel={numel} {dtype:?} {op:?}");
+        let what = format!("case {case}: {cpu:?} {layout:?} n={n} numel={numel} {dtype:?} {op:?}");
         let inputs: Vec<_> = (0..n)
             .map(|r| input(dtype, numel * n, r + case as usize))
             .collect();
@@ -917,6 +936,27 @@ fn ranks_disagreeing_on_dtype_get_backend_error() {
     assert!(msgs
         .iter()
         .any(|m| m.contains("float32") && m.contains("int32") && m.contains("rank 1")));
+}
+
+#[test]
+fn single_copy_broadcast_of_another_length_fails_every_rank() {
+    // Rank 2 expects 5 bytes where the root sends 4: no rank reads or returns garbage.
+    let outs = run_on(&[0, 0, 0], |t| {
+        let numel = if t.rank() == 2 { 5 } else { 4 };
+        let c = ctx(CollectiveKind::Broadcast, DType::U8, ReduceOp::Sum, numel);
+        let mut buf = vec![0u8; numel];
+        let r = broadcast::single_copy::broadcast(t, &c, &mut buf, 0);
+        if let Err(e) = &r {
+            t.abort(&e.to_string());
+        }
+        r
+    });
+    for r in outs {
+        match r {
+            Err(Error::Backend(m)) => assert!(m.contains("mismatch"), "{m}"),
+            other => panic!("expected a mismatch error, got {other:?}"),
+        }
+    }
 }
 
 #[test]

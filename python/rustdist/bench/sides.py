@@ -55,8 +55,10 @@ def torch_side(name: str, dist: Any, group: Optional[Any] = None, device: str = 
 
 
 def mpi_side(comm: Any, mpi: Any) -> Side:
-    """mpi4py's buffer methods on `comm` (module `mpi`, for IN_PLACE) with numpy buffers; the
-    all_reduce is in place, as torch's is."""
+    """mpi4py's buffer methods on `comm` (module `mpi`, for IN_PLACE) on numpy views of torch
+    tensors, so that every side works on memory from the same allocator (numpy's own
+    allocations of 4 MiB and more ask for transparent huge pages, which torch's do not, and
+    copies into them ran up to 1.15x faster); the all_reduce is in place, as torch's is."""
 
     def make_call(op: str, inp: Any, out: Any) -> Call:
         if op == "all_reduce":
@@ -69,7 +71,12 @@ def mpi_side(comm: Any, mpi: Any) -> Side:
             return lambda: comm.Reduce_scatter_block(inp, out)
         return lambda: comm.Alltoall(inp, out)
 
-    return Side("mpi", lambda n: np.empty(n, dtype=np.float32), make_call)
+    def alloc(n: int) -> np.ndarray:
+        import torch
+
+        return torch.empty(n, dtype=torch.float32).numpy()
+
+    return Side("mpi", alloc, make_call)
 
 
 def load(buf: Any, values: np.ndarray) -> None:

@@ -101,7 +101,7 @@ pub(crate) fn single_copy_workspace<'a>(
     if !ws.single_copy() {
         return Err(Error::Runtime(format!(
             "{}: the single-copy algorithm needs ranks that may read each other's memory \
-             (process_vm_readv; check RUSTDIST_ALGO)",
+             (process_vm_readv) and a core each; check RUSTDIST_ALGO",
             ctx.sig.kind.name()
         )));
     }
@@ -119,6 +119,16 @@ pub(crate) fn block_at(block: &[u8]) -> [u8; BLOCK_AT_BYTES] {
     at
 }
 
+/// The (address, length) that [`block_at`] wrote into `at`.
+pub(crate) fn parse_block_at(at: &[u8]) -> (usize, usize) {
+    let word = |i: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&at[i..i + 8]);
+        u64::from_le_bytes(w) as usize
+    };
+    (word(0), word(8))
+}
+
 /// Reads local rank `p`'s block, described by `at` (see [`block_at`]), into `dst` in one
 /// copy; fails naming both ranks when it is not as long as `dst`.
 pub(crate) fn read_block(
@@ -128,12 +138,7 @@ pub(crate) fn read_block(
     at: &[u8],
     dst: &mut [u8],
 ) -> Result<()> {
-    let word = |i: usize| {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(&at[i..i + 8]);
-        u64::from_le_bytes(w) as usize
-    };
-    let (addr, len) = (word(0), word(8));
+    let (addr, len) = parse_block_at(at);
     if len != dst.len() {
         return Err(Error::backend(format!(
             "{} mismatch between ranks: rank {} expected {} bytes from rank {} but it sends \

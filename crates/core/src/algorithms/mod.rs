@@ -15,6 +15,7 @@ pub mod allreduce {
     pub mod recursive_doubling;
     pub mod ring;
     pub mod shm_oneshot;
+    pub mod shm_single_copy;
     pub mod shm_twoshot;
 }
 pub mod broadcast {
@@ -22,6 +23,7 @@ pub mod broadcast {
     pub mod chain;
     pub mod hierarchical;
     pub mod shm;
+    pub mod single_copy;
 }
 pub mod allgather {
     pub mod direct;
@@ -60,7 +62,7 @@ pub mod monitored_barrier {
     pub mod linear;
 }
 
-pub use select::{streams_per_peer, AlgoOverrides, LinkModel, Measured};
+pub use select::{streams_per_peer, AlgoOverrides, HostCpu, LinkModel, Measured};
 use select::{
     AllGatherAlgo, AllReduceAlgo, AllToAllAlgo, BarrierAlgo, BroadcastAlgo, GatherAlgo, ReduceAlgo,
     ReduceScatterAlgo, ScatterAlgo,
@@ -113,7 +115,8 @@ pub fn all_reduce(
 ) -> Result<()> {
     kernels::check_supported(ctx.sig.dtype, ctx.reduce)?;
     check_whole_elements(ctx, "buffer", buf.len())?;
-    match algos.all_reduce(buf.len(), t.size(), t.link_kind()) {
+    let single_copy = t.shared().is_some_and(|ws| ws.single_copy());
+    match algos.all_reduce(buf.len(), t.size(), t.link_kind(), single_copy) {
         AllReduceAlgo::Ring => {
             let shape = algos.ring_shape(t.size());
             allreduce::ring::all_reduce(t, ctx, buf, shape)
@@ -126,6 +129,7 @@ pub fn all_reduce(
         ),
         AllReduceAlgo::ShmOneShot => allreduce::shm_oneshot::all_reduce(t, ctx, buf),
         AllReduceAlgo::ShmTwoShot => allreduce::shm_twoshot::all_reduce(t, ctx, buf),
+        AllReduceAlgo::ShmSingleCopy => allreduce::shm_single_copy::all_reduce(t, ctx, buf),
         AllReduceAlgo::Hierarchical => allreduce::hierarchical::all_reduce(t, ctx, buf, algos),
     }
 }
@@ -158,7 +162,8 @@ pub fn broadcast(
     algos: &AlgoOverrides,
 ) -> Result<()> {
     check_root(t, ctx, root)?;
-    match algos.broadcast(buf.len(), t.size(), t.link_kind()) {
+    let single_copy = t.shared().is_some_and(|ws| ws.single_copy());
+    match algos.broadcast(buf.len(), t.size(), t.link_kind(), single_copy) {
         BroadcastAlgo::BinomialTree => broadcast::binomial_tree::broadcast(t, ctx, buf, root),
         BroadcastAlgo::Chain => broadcast::chain::broadcast(
             t,
@@ -168,6 +173,7 @@ pub fn broadcast(
             broadcast::chain::segment_bytes(buf.len()),
         ),
         BroadcastAlgo::Shm => broadcast::shm::broadcast(t, ctx, buf, root),
+        BroadcastAlgo::SingleCopy => broadcast::single_copy::broadcast(t, ctx, buf, root),
         BroadcastAlgo::Hierarchical => broadcast::hierarchical::broadcast(t, ctx, buf, root, algos),
     }
 }

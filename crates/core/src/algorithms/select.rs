@@ -237,12 +237,75 @@ const RING_PIECE_BYTES_SLOW_LINK: usize = 256 << 10;
 const TCP_BROADCAST_CHAIN_MIN_BYTES: usize = 64 << 10;
 /// Over TCP, all_gather up to this many bytes in total uses the direct exchange.
 const TCP_ALL_GATHER_DIRECT_MAX_BYTES: usize = 256 << 10;
-/// In shared memory, an all_gather of this many bytes (gathered) reads every peer's input
-/// straight from its memory where the ranks may (one copy instead of two through the slots).
-/// Below the band the slots, in cache, cost less than the system calls; above it both are
-/// bound by memory and the slots' pipelined 1 MiB pieces ran 1.0-1.3x faster (world 2, 8 to
-/// 64 MiB), the kernel pinning every page it copies from.
-const SHM_SINGLE_COPY_BYTES: std::ops::RangeInclusive<usize> = (256 << 10)..=(4 << 20);
+/// The CPU of the host, on which the band of all_gathers that read the peers' inputs straight
+/// from their memory (one copy by the kernel instead of two through the slots) depends.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum HostCpu {
+    Intel,
+    #[default]
+    Other,
+}
+
+impl HostCpu {
+    /// This host's, from `vendor_id` in /proc/cpuinfo (read once).
+    pub fn of_this_host() -> HostCpu {
+        static CPU: std::sync::OnceLock<HostCpu> = std::sync::OnceLock::new();
+        *CPU.get_or_init(|| {
+            let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+            HostCpu::from_cpuinfo(&info)
+        })
+    }
+
+    fn from_cpuinfo(info: &str) -> HostCpu {
+        let vendor = info
+            .lines()
+            .find_map(|l| l.strip_prefix("vendor_id"))
+            .and_then(|rest| rest.split(':').nth(1))
+            .map(str::trim);
+        match vendor {
+            Some("GenuineIntel") => HostCpu::Intel,
+            _ => HostCpu::Other,
+        }
+    }
+
+    /// From how many bytes an all_reduce in shared memory (past the one-shot's sizes) has every
+    /// rank reduce its slice from the same slice of the peers' buffers, read straight from
+    /// their memory, where the ranks may. World 2 on an Intel Xeon VM: 1.1-1.4x the slots'
+    /// two-shot from 2 to 64 MiB, level at 1 MiB and behind below it; not measured on other
+    /// CPUs, which keep the slots.
+    pub fn single_copy_all_reduce_min_bytes(self) -> Option<usize> {
+        match self {
+            HostCpu::Intel => Some(2 << 20),
+            HostCpu::Other => None,
+        }
+    }
+
+    /// A broadcast of this many bytes in shared memory has every rank read the root's buffer
+    /// straight from its memory where the ranks may. World 2 on an Intel Xeon VM: 1.2-2x
+    /// the slots' speed from 16 KiB to 1 MiB (the slots' two copies of a piece run one after
+    /// the other); from 2 MiB the slots' pipelined 1 MiB pieces ran 1.25-1.5x faster. On
+    /// other CPUs the band is all_gather's where it overlaps this one, unmeasured for broadcast.
+    pub fn single_copy_broadcast_bytes(self) -> std::ops::RangeInclusive<usize> {
+        match self {
+            HostCpu::Intel => (16 << 10)..=(1 << 20),
+            HostCpu::Other => (256 << 10)..=(1 << 20),
+        }
+    }
+
+    /// An all_gather of this many bytes (gathered) in shared memory reads every peer's input
+    /// straight from its memory where the ranks may. World 2, an A/B of one build on each of
+    /// two 2-core VMs: on an AMD EPYC, single copy ran 1.2-1.4x the slots' speed from 256 KiB
+    /// to 4 MiB, below that the slots (in cache) cost less than the system calls, and above
+    /// it the slots' pipelined 1 MiB pieces ran 1.0-1.3x faster (the kernel pins every page
+    /// it copies from); on an Intel Xeon single copy ran 1.6-1.9x faster from 32 KiB to 256
+    /// KiB and 1.15-1.25x from 4 to 16 MiB, level at 16 KiB and 64 MiB.
+    pub fn single_copy_bytes(self) -> std::ops::RangeInclusive<usize> {
+        match self {
+            HostCpu::Intel => (32 << 10)..=(16 << 20),
+            HostCpu::Other => (256 << 10)..=(4 << 20),
+        }
+    }
+}
 
 /// In shared memory, all_reduce up to this many bytes per rank runs one-shot (every rank
 /// reduces every contribution); above it each rank reduces a slice (two-shot).
@@ -279,6 +342,7 @@ algo_enum!(
         RecursiveDoubling = "recursive_doubling",
         ShmOneShot = "shm_oneshot",
         ShmTwoShot = "shm_twoshot",
+        ShmSingleCopy = "shm_single_copy",
         Hierarchical = "hierarchical",
     }
 );
@@ -288,6 +352,7 @@ algo_enum!(
         BinomialTree = "binomial_tree",
         Chain = "chain",
         Shm = "shm",
+        SingleCopy = "shm_single_copy",
         Hierarchical = "hierarchical",
     }
 );
@@ -339,6 +404,7 @@ algo_enum!(
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct AlgoOverrides {
     pub tcp: LinkModel,
+    pub cpu: HostCpu,
     pub all_reduce: Option<AllReduceAlgo>,
     pub broadcast: Option<BroadcastAlgo>,
     pub all_gather: Option<AllGatherAlgo>,
@@ -391,6 +457,7 @@ impl AlgoOverrides {
         streams_setting()?;
         Ok(AlgoOverrides {
             tcp: LinkModel::from_env(measured)?,
+            cpu: HostCpu::of_this_host(),
             ..o
         })
     }
@@ -486,10 +553,27 @@ impl AlgoOverrides {
     }
 
     /// all_reduce of `bytes` on `world` ranks.
-    pub fn all_reduce(&self, bytes: usize, world: usize, link: LinkKind) -> AllReduceAlgo {
+    /// all_reduce of `bytes` per rank; `single_copy`: the ranks on the host may read each
+    /// other's memory.
+    pub fn all_reduce(
+        &self,
+        bytes: usize,
+        world: usize,
+        link: LinkKind,
+        single_copy: bool,
+    ) -> AllReduceAlgo {
         self.all_reduce.unwrap_or(match link {
             LinkKind::SharedMemory if bytes <= SHM_ALL_REDUCE_ONESHOT_MAX_BYTES => {
                 AllReduceAlgo::ShmOneShot
+            }
+            LinkKind::SharedMemory
+                if single_copy
+                    && self
+                        .cpu
+                        .single_copy_all_reduce_min_bytes()
+                        .is_some_and(|min| bytes >= min) =>
+            {
+                AllReduceAlgo::ShmSingleCopy
             }
             LinkKind::SharedMemory => AllReduceAlgo::ShmTwoShot,
             LinkKind::Hierarchical => AllReduceAlgo::Hierarchical,
@@ -505,13 +589,14 @@ impl AlgoOverrides {
 
     /// The algorithm the leaders of a hierarchical all_reduce run among themselves.
     pub fn all_reduce_between_hosts(&self, bytes: usize, hosts: usize) -> AllReduceAlgo {
-        self.policy().all_reduce(bytes, hosts, LinkKind::Tcp)
+        self.policy().all_reduce(bytes, hosts, LinkKind::Tcp, false)
     }
 
     /// The policy alone: no algorithm forced, the same link model.
     fn policy(&self) -> AlgoOverrides {
         AlgoOverrides {
             tcp: self.tcp,
+            cpu: self.cpu,
             ..AlgoOverrides::default()
         }
     }
@@ -544,8 +629,21 @@ impl AlgoOverrides {
     }
 
     /// broadcast of `bytes` on `world` ranks.
-    pub fn broadcast(&self, bytes: usize, world: usize, link: LinkKind) -> BroadcastAlgo {
+    /// Broadcast of `bytes`; `single_copy`: the ranks on the host may read each other's
+    /// memory.
+    pub fn broadcast(
+        &self,
+        bytes: usize,
+        world: usize,
+        link: LinkKind,
+        single_copy: bool,
+    ) -> BroadcastAlgo {
         self.broadcast.unwrap_or(match link {
+            LinkKind::SharedMemory
+                if single_copy && self.cpu.single_copy_broadcast_bytes().contains(&bytes) =>
+            {
+                BroadcastAlgo::SingleCopy
+            }
             LinkKind::SharedMemory => BroadcastAlgo::Shm,
             LinkKind::Hierarchical => BroadcastAlgo::Hierarchical,
             LinkKind::Tcp
@@ -561,7 +659,7 @@ impl AlgoOverrides {
 
     /// The algorithm the leaders of a hierarchical broadcast run among themselves.
     pub fn broadcast_between_hosts(&self, bytes: usize, hosts: usize) -> BroadcastAlgo {
-        self.policy().broadcast(bytes, hosts, LinkKind::Tcp)
+        self.policy().broadcast(bytes, hosts, LinkKind::Tcp, false)
     }
 
     /// all_gather of `total_bytes` gathered on every rank; `single_copy`: the ranks on the
@@ -574,7 +672,7 @@ impl AlgoOverrides {
     ) -> AllGatherAlgo {
         self.all_gather.unwrap_or(match link {
             LinkKind::SharedMemory
-                if single_copy && SHM_SINGLE_COPY_BYTES.contains(&total_bytes) =>
+                if single_copy && self.cpu.single_copy_bytes().contains(&total_bytes) =>
             {
                 AllGatherAlgo::SingleCopy
             }
@@ -662,8 +760,8 @@ pub fn table(overrides: &AlgoOverrides, worlds: &[usize], sizes: &[usize]) -> Ve
         for &world in worlds {
             for &bytes in sizes {
                 let picks: [(&'static str, &'static str); 9] = [
-                    ("all_reduce", o.all_reduce(bytes, world, link).name()),
-                    ("broadcast", o.broadcast(bytes, world, link).name()),
+                    ("all_reduce", o.all_reduce(bytes, world, link, true).name()),
+                    ("broadcast", o.broadcast(bytes, world, link, true).name()),
                     ("all_gather", o.all_gather(bytes, link, true).name()),
                     ("reduce_scatter", o.reduce_scatter(link).name()),
                     ("reduce", o.reduce(link).name()),
@@ -737,6 +835,19 @@ mod tests {
     }
 
     #[test]
+    fn host_cpu_from_vendor_id() {
+        let intel = "processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\n";
+        assert_eq!(HostCpu::from_cpuinfo(intel), HostCpu::Intel);
+        let amd = "processor\t: 0\nvendor_id\t: AuthenticAMD\n";
+        assert_eq!(HostCpu::from_cpuinfo(amd), HostCpu::Other);
+        assert_eq!(
+            HostCpu::from_cpuinfo("processor : 0\nCPU implementer : 0x41\n"),
+            HostCpu::Other
+        );
+        assert_eq!(HostCpu::from_cpuinfo(""), HostCpu::Other);
+    }
+
+    #[test]
     fn defaults_depend_on_size_and_links() {
         let o = AlgoOverrides::default();
         let (tcp, shm, mixed) = (
@@ -744,29 +855,139 @@ mod tests {
             LinkKind::SharedMemory,
             LinkKind::Hierarchical,
         );
-        assert_eq!(o.all_reduce(1024, 4, tcp), AllReduceAlgo::RecursiveDoubling);
-        assert_eq!(o.all_reduce(64 << 20, 4, tcp), AllReduceAlgo::Ring);
-        assert_eq!(o.all_reduce(8, 2, shm), AllReduceAlgo::ShmOneShot);
-        assert_eq!(o.all_reduce(64 << 20, 2, shm), AllReduceAlgo::ShmTwoShot);
-        assert_eq!(o.all_reduce(8, 4, mixed), AllReduceAlgo::Hierarchical);
-        assert_eq!(o.broadcast(64 << 20, 4, tcp), BroadcastAlgo::BinomialTree);
-        assert_eq!(o.broadcast(64 << 20, 2, tcp), BroadcastAlgo::BinomialTree);
-        assert_eq!(o.broadcast(8, 4, shm), BroadcastAlgo::Shm);
+        assert_eq!(
+            o.all_reduce(1024, 4, tcp, false),
+            AllReduceAlgo::RecursiveDoubling
+        );
+        assert_eq!(o.all_reduce(64 << 20, 4, tcp, false), AllReduceAlgo::Ring);
+        assert_eq!(o.all_reduce(8, 2, shm, false), AllReduceAlgo::ShmOneShot);
+        assert_eq!(
+            o.all_reduce(64 << 20, 2, shm, false),
+            AllReduceAlgo::ShmTwoShot
+        );
+        // The bands of single-copy algorithms depend on the CPU.
+        let intel = AlgoOverrides {
+            cpu: HostCpu::Intel,
+            ..o
+        };
+        // Peers' slices read in one copy where the ranks may: on Intel's CPUs from 2 MiB.
+        for (bytes, algo, on_intel) in [
+            (
+                64 << 10,
+                AllReduceAlgo::ShmOneShot,
+                AllReduceAlgo::ShmOneShot,
+            ),
+            (
+                (2 << 20) - 4,
+                AllReduceAlgo::ShmTwoShot,
+                AllReduceAlgo::ShmTwoShot,
+            ),
+            (
+                2 << 20,
+                AllReduceAlgo::ShmTwoShot,
+                AllReduceAlgo::ShmSingleCopy,
+            ),
+            (
+                64 << 20,
+                AllReduceAlgo::ShmTwoShot,
+                AllReduceAlgo::ShmSingleCopy,
+            ),
+        ] {
+            assert_eq!(o.all_reduce(bytes, 2, shm, true), algo, "{bytes} bytes");
+            assert_eq!(
+                intel.all_reduce(bytes, 2, shm, true),
+                on_intel,
+                "{bytes} bytes, Intel"
+            );
+        }
+        assert_eq!(
+            intel.all_reduce(64 << 20, 2, shm, false),
+            AllReduceAlgo::ShmTwoShot
+        );
+        assert_eq!(
+            intel.all_reduce(64 << 20, 2, tcp, true),
+            AllReduceAlgo::Ring
+        );
+        assert_eq!(
+            o.all_reduce(8, 4, mixed, false),
+            AllReduceAlgo::Hierarchical
+        );
+        assert_eq!(
+            o.broadcast(64 << 20, 4, tcp, false),
+            BroadcastAlgo::BinomialTree
+        );
+        assert_eq!(
+            o.broadcast(64 << 20, 2, tcp, false),
+            BroadcastAlgo::BinomialTree
+        );
+        assert_eq!(o.broadcast(8, 4, shm, false), BroadcastAlgo::Shm);
+        // The root's buffer read in one copy where the ranks may: 256 KiB to 1 MiB, from
+        // 16 KiB on Intel's CPUs.
+        for (bytes, algo, on_intel) in [
+            ((16 << 10) - 1, BroadcastAlgo::Shm, BroadcastAlgo::Shm),
+            (16 << 10, BroadcastAlgo::Shm, BroadcastAlgo::SingleCopy),
+            (
+                256 << 10,
+                BroadcastAlgo::SingleCopy,
+                BroadcastAlgo::SingleCopy,
+            ),
+            (
+                1 << 20,
+                BroadcastAlgo::SingleCopy,
+                BroadcastAlgo::SingleCopy,
+            ),
+            ((1 << 20) + 1, BroadcastAlgo::Shm, BroadcastAlgo::Shm),
+        ] {
+            assert_eq!(o.broadcast(bytes, 2, shm, true), algo, "{bytes} bytes");
+            assert_eq!(
+                intel.broadcast(bytes, 2, shm, true),
+                on_intel,
+                "{bytes} bytes, Intel"
+            );
+        }
+        assert_eq!(intel.broadcast(64 << 10, 2, shm, false), BroadcastAlgo::Shm);
+        assert_eq!(
+            intel.broadcast(64 << 10, 2, tcp, true),
+            BroadcastAlgo::BinomialTree
+        );
         assert_eq!(o.all_gather(100, tcp, false), AllGatherAlgo::Direct);
-        // One copy from the peers' memory where the ranks may read it, 256 KiB to 4 MiB.
-        for (bytes, algo) in [
-            ((256 << 10) - 1, AllGatherAlgo::Shm),
-            (256 << 10, AllGatherAlgo::SingleCopy),
-            (4 << 20, AllGatherAlgo::SingleCopy),
-            ((4 << 20) + 1, AllGatherAlgo::Shm),
+        // One copy from the peers' memory where the ranks may read it: 256 KiB to 4 MiB,
+        // 32 KiB to 16 MiB on Intel's CPUs.
+        for (bytes, algo, on_intel) in [
+            ((32 << 10) - 1, AllGatherAlgo::Shm, AllGatherAlgo::Shm),
+            (32 << 10, AllGatherAlgo::Shm, AllGatherAlgo::SingleCopy),
+            (
+                (256 << 10) - 1,
+                AllGatherAlgo::Shm,
+                AllGatherAlgo::SingleCopy,
+            ),
+            (
+                256 << 10,
+                AllGatherAlgo::SingleCopy,
+                AllGatherAlgo::SingleCopy,
+            ),
+            (
+                4 << 20,
+                AllGatherAlgo::SingleCopy,
+                AllGatherAlgo::SingleCopy,
+            ),
+            ((4 << 20) + 1, AllGatherAlgo::Shm, AllGatherAlgo::SingleCopy),
+            (16 << 20, AllGatherAlgo::Shm, AllGatherAlgo::SingleCopy),
+            ((16 << 20) + 1, AllGatherAlgo::Shm, AllGatherAlgo::Shm),
         ] {
             assert_eq!(o.all_gather(bytes, shm, true), algo, "{bytes} bytes");
+            assert_eq!(
+                intel.all_gather(bytes, shm, true),
+                on_intel,
+                "{bytes} bytes, Intel"
+            );
         }
+        assert_eq!(intel.all_gather(1 << 20, shm, false), AllGatherAlgo::Shm);
         assert_eq!(o.all_gather(1 << 20, shm, false), AllGatherAlgo::Shm);
         assert_eq!(o.all_gather(1 << 20, tcp, true), AllGatherAlgo::Ring);
         assert_eq!(o.reduce(tcp), ReduceAlgo::BinomialTree);
         let forced = AlgoOverrides::parse("allreduce=ring").unwrap();
-        assert_eq!(forced.all_reduce(8, 4, shm), AllReduceAlgo::Ring);
+        assert_eq!(forced.all_reduce(8, 4, shm, false), AllReduceAlgo::Ring);
         let rows = table(&forced, &[2, 4], &[8, 1 << 20]);
         assert_eq!(rows.len(), 3 * 2 * 2 * 9);
         assert!(rows
@@ -815,15 +1036,21 @@ mod tests {
         // and the chain take over from smaller sizes.
         let slow = on(40, 125_000_000);
         assert_eq!(
-            reference.all_reduce(128 << 10, 4, tcp),
+            reference.all_reduce(128 << 10, 4, tcp, false),
             AllReduceAlgo::RecursiveDoubling
         );
-        assert_eq!(slow.all_reduce(128 << 10, 4, tcp), AllReduceAlgo::Ring);
         assert_eq!(
-            reference.broadcast(256 << 10, 4, tcp),
+            slow.all_reduce(128 << 10, 4, tcp, false),
+            AllReduceAlgo::Ring
+        );
+        assert_eq!(
+            reference.broadcast(256 << 10, 4, tcp, false),
             BroadcastAlgo::BinomialTree
         );
-        assert_eq!(slow.broadcast(256 << 10, 4, tcp), BroadcastAlgo::Chain);
+        assert_eq!(
+            slow.broadcast(256 << 10, 4, tcp, false),
+            BroadcastAlgo::Chain
+        );
         assert_eq!(
             reference.all_gather(128 << 10, tcp, false),
             AllGatherAlgo::Direct
@@ -832,25 +1059,34 @@ mod tests {
         // A 10 Gbit/s link 1 ms away: latency dominates up to far larger sizes.
         let far = on(1000, 1_250_000_000);
         assert_eq!(
-            far.all_reduce(2 << 20, 4, tcp),
+            far.all_reduce(2 << 20, 4, tcp, false),
             AllReduceAlgo::RecursiveDoubling
         );
-        assert_eq!(far.broadcast(4 << 20, 4, tcp), BroadcastAlgo::BinomialTree);
-        assert_eq!(slow.broadcast(4 << 20, 2, tcp), BroadcastAlgo::BinomialTree);
+        assert_eq!(
+            far.broadcast(4 << 20, 4, tcp, false),
+            BroadcastAlgo::BinomialTree
+        );
+        assert_eq!(
+            slow.broadcast(4 << 20, 2, tcp, false),
+            BroadcastAlgo::BinomialTree
+        );
         // A 1 Gbit/s link 1 ms away: the chain from a bandwidth-delay product (125 KB) on.
         let distant = on(1000, 125_000_000);
         assert_eq!(
-            distant.broadcast(64 << 10, 8, tcp),
+            distant.broadcast(64 << 10, 8, tcp, false),
             BroadcastAlgo::BinomialTree
         );
-        assert_eq!(distant.broadcast(256 << 10, 8, tcp), BroadcastAlgo::Chain);
+        assert_eq!(
+            distant.broadcast(256 << 10, 8, tcp, false),
+            BroadcastAlgo::Chain
+        );
         // Leaders between hosts use the same model; shared memory does not read it.
         assert_eq!(
             slow.all_reduce_between_hosts(128 << 10, 4),
             AllReduceAlgo::Ring
         );
         assert_eq!(
-            slow.all_reduce(8, 4, LinkKind::SharedMemory),
+            slow.all_reduce(8, 4, LinkKind::SharedMemory, false),
             AllReduceAlgo::ShmOneShot
         );
         // Forcing still wins over the model.
@@ -859,7 +1095,7 @@ mod tests {
             ..AlgoOverrides::parse("allreduce=recursive_doubling").unwrap()
         };
         assert_eq!(
-            forced.all_reduce(64 << 20, 4, tcp),
+            forced.all_reduce(64 << 20, 4, tcp, false),
             AllReduceAlgo::RecursiveDoubling
         );
     }
