@@ -214,8 +214,8 @@ def _uneven(r: int) -> int:
 
 
 #: Bytes of data around the sizes between which ranks on one host that may read each other's
-#: memory move all_gather, broadcast and all_reduce data in one copy (select.rs; the bands
-#: depend on the CPU), and well past them.
+#: memory move all_gather, broadcast, all_reduce and all_to_all data in one copy (select.rs;
+#: the bands depend on the CPU), and well past them.
 LARGE_BYTES = [16 << 10, (256 << 10) - 4 * 4, 256 << 10, (1 << 20) + 4 * 4, 2 << 20,
                (3 << 20) + 4 * 4]
 

@@ -182,6 +182,7 @@ fn lengths(n: usize) -> Vec<usize> {
 }
 
 type AllReduceFn = fn(&mut dyn Transport, &OpCtx, &mut [u8]) -> Result<()>;
+type A2aFn = fn(&mut dyn Transport, &OpCtx, &[&[u8]], &mut [&mut [u8]]) -> Result<()>;
 
 fn ring_shape(chunk_bytes: usize, piece_bytes: usize) -> allreduce::ring::RingShape {
     allreduce::ring::RingShape {
@@ -706,12 +707,25 @@ fn gather_and_scatter_every_algorithm_root_and_size() {
 
 #[test]
 fn all_to_all_every_algorithm_even_and_uneven() {
-    type A2aFn = fn(&mut dyn Transport, &OpCtx, &[&[u8]], &mut [&mut [u8]]) -> Result<()>;
-    let algos: [(&str, Layout, A2aFn); 3] = [
+    let algos: [(&str, Layout, A2aFn); 5] = [
         ("pairwise", Layout::Apart, alltoall::pairwise::all_to_all),
         ("shm", Layout::Together, alltoall::shm::all_to_all),
+        // Each block read straight from the peer's memory (one process here: threads); equal
+        // blocks only.
+        (
+            "single copy",
+            Layout::Together,
+            alltoall::single_copy::all_to_all,
+        ),
         ("dispatcher", Layout::Together, |t, c, s, r| {
             algorithms::all_to_all(t, c, s, r, &AlgoOverrides::default())
+        }),
+        ("dispatcher/intel", Layout::Together, |t, c, s, r| {
+            let intel = AlgoOverrides {
+                cpu: HostCpu::Intel,
+                ..AlgoOverrides::default()
+            };
+            algorithms::all_to_all(t, c, s, r, &intel)
         }),
     ];
     // Past the 4 MiB from which pairwise copies a rank's own block on a helper thread,
@@ -724,7 +738,10 @@ fn all_to_all_every_algorithm_even_and_uneven() {
             let inline_most = INLINE_BYTES / n;
             let numels = [0, 1, 33, inline_most, inline_most + 1, 270_001, LARGE_BLOCK];
             for numel in numels.into_iter().filter(|&m| large || m != LARGE_BLOCK) {
-                for uneven in [false, true] {
+                for uneven in [false, true]
+                    .into_iter()
+                    .filter(|&u| !u || name != "single copy")
+                {
                     let len = |from: usize, to: usize| {
                         if uneven {
                             uneven_len(numel, from, to)
@@ -778,17 +795,23 @@ fn single_copy_all_gather_forced_on_ranks_apart_fails() {
 #[test]
 fn all_to_all_blocks_that_contradict_the_count_are_invalid() {
     let c = ctx(CollectiveKind::AllToAll, DType::U8, ReduceOp::Sum, 2);
-    let errs = run_on(&[0, 0, 0], |t| {
-        let sends = [&[1u8][..]; 3];
-        let mut owned = vec![vec![0u8; 1]; 3];
-        let mut recvs: Vec<&mut [u8]> = owned.iter_mut().map(|v| v.as_mut_slice()).collect();
-        alltoall::shm::all_to_all(t, &c, &sends, &mut recvs).unwrap_err()
-    });
-    for e in errs {
-        assert!(
-            matches!(&e, Error::InvalidArgument(m) if m.contains("blocks of 2 bytes agreed")),
-            "{e:?}"
-        );
+    let algos: [(A2aFn, &str); 2] = [
+        (alltoall::shm::all_to_all, "blocks of 2 bytes agreed"),
+        (alltoall::single_copy::all_to_all, "takes blocks of 2 bytes"),
+    ];
+    for (algo, says) in algos {
+        let errs = run_on(&[0, 0, 0], |t| {
+            let sends = [&[1u8][..]; 3];
+            let mut owned = vec![vec![0u8; 1]; 3];
+            let mut recvs: Vec<&mut [u8]> = owned.iter_mut().map(|v| v.as_mut_slice()).collect();
+            algo(t, &c, &sends, &mut recvs).unwrap_err()
+        });
+        for e in errs {
+            assert!(
+                matches!(&e, Error::InvalidArgument(m) if m.contains(says)),
+                "{e:?}"
+            );
+        }
     }
 }
 

@@ -52,6 +52,7 @@ pub mod scatter {
 pub mod alltoall {
     pub mod pairwise;
     pub mod shm;
+    pub mod single_copy;
 }
 pub mod barrier {
     pub mod dissemination;
@@ -317,9 +318,12 @@ pub fn all_to_all(
             recvs[me].len()
         )));
     }
-    match algos.all_to_all(t.link_kind()) {
+    let even_bytes = (ctx.sig.count > 0).then(|| sends.iter().map(|s| s.len()).sum());
+    let single_copy = t.shared().is_some_and(|ws| ws.single_copy());
+    match algos.all_to_all(even_bytes, t.size(), t.link_kind(), single_copy) {
         AllToAllAlgo::Pairwise => alltoall::pairwise::all_to_all(t, ctx, sends, recvs),
         AllToAllAlgo::Shm => alltoall::shm::all_to_all(t, ctx, sends, recvs),
+        AllToAllAlgo::SingleCopy => alltoall::single_copy::all_to_all(t, ctx, sends, recvs),
     }
 }
 

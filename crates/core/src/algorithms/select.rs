@@ -280,6 +280,18 @@ impl HostCpu {
         }
     }
 
+    /// From how many bytes per rank an all_to_all of equal blocks in shared memory has every
+    /// rank read its block straight from each peer's input, where the ranks may. World 2 on an
+    /// Intel Xeon VM: 1.4x-2.6x the slots' speed from 32 KiB to 64 MiB, level at 8 KiB; on an
+    /// AMD EPYC VM it was faster only at 256 KiB (1.28x) and 0.82x-0.96x from 512 KiB, so other
+    /// CPUs keep the slots.
+    pub fn single_copy_all_to_all_min_bytes(self) -> Option<usize> {
+        match self {
+            HostCpu::Intel => Some(32 << 10),
+            HostCpu::Other => None,
+        }
+    }
+
     /// A broadcast of this many bytes in shared memory has every rank read the root's buffer
     /// straight from its memory where the ranks may. World 2 on an Intel Xeon VM: 1.2-2x
     /// the slots' speed from 16 KiB to 1 MiB (the slots' two copies of a piece run one after
@@ -388,7 +400,11 @@ algo_enum!(
 );
 algo_enum!(
     /// all_to_all algorithms (blocks of any sizes).
-    AllToAllAlgo, "all_to_all", { Pairwise = "pairwise", Shm = "shm" }
+    AllToAllAlgo, "all_to_all", {
+        Pairwise = "pairwise",
+        Shm = "shm",
+        SingleCopy = "shm_single_copy",
+    }
 );
 algo_enum!(
     /// barrier algorithms.
@@ -719,8 +735,28 @@ impl AlgoOverrides {
         })
     }
 
-    pub fn all_to_all(&self, link: LinkKind) -> AllToAllAlgo {
+    /// all_to_all of `even_bytes` per rank in equal blocks (None: uneven splits) on `world`
+    /// ranks; `single_copy`: the ranks on the host may read each other's memory.
+    pub fn all_to_all(
+        &self,
+        even_bytes: Option<usize>,
+        world: usize,
+        link: LinkKind,
+        single_copy: bool,
+    ) -> AllToAllAlgo {
+        let one_copy = |bytes: usize| {
+            self.cpu
+                .single_copy_all_to_all_min_bytes()
+                .is_some_and(|min| bytes >= min)
+        };
         self.all_to_all.unwrap_or(match link {
+            LinkKind::SharedMemory
+                if single_copy
+                    && world <= crate::algorithms::alltoall::single_copy::MAX_RANKS
+                    && even_bytes.is_some_and(one_copy) =>
+            {
+                AllToAllAlgo::SingleCopy
+            }
             LinkKind::SharedMemory => AllToAllAlgo::Shm,
             _ => AllToAllAlgo::Pairwise,
         })
@@ -767,7 +803,10 @@ pub fn table(overrides: &AlgoOverrides, worlds: &[usize], sizes: &[usize]) -> Ve
                     ("reduce", o.reduce(link).name()),
                     ("gather", o.gather(link).name()),
                     ("scatter", o.scatter(link).name()),
-                    ("all_to_all", o.all_to_all(link).name()),
+                    (
+                        "all_to_all",
+                        o.all_to_all(Some(bytes), world, link, true).name(),
+                    ),
                     ("barrier", o.barrier(link).name()),
                 ];
                 rows.extend(picks.into_iter().map(|(collective, algorithm)| Choice {
@@ -985,6 +1024,31 @@ mod tests {
         assert_eq!(intel.all_gather(1 << 20, shm, false), AllGatherAlgo::Shm);
         assert_eq!(o.all_gather(1 << 20, shm, false), AllGatherAlgo::Shm);
         assert_eq!(o.all_gather(1 << 20, tcp, true), AllGatherAlgo::Ring);
+        // Equal blocks read in one copy where the ranks may (and their addresses fit a flag
+        // entry): on Intel's CPUs from 32 KiB per rank.
+        for (bytes, world, on_intel) in [
+            (Some((32 << 10) - 1), 2, AllToAllAlgo::Shm),
+            (Some(32 << 10), 2, AllToAllAlgo::SingleCopy),
+            (Some(64 << 20), 7, AllToAllAlgo::SingleCopy),
+            (Some(64 << 20), 8, AllToAllAlgo::Shm),
+            (None, 2, AllToAllAlgo::Shm),
+        ] {
+            assert_eq!(o.all_to_all(bytes, world, shm, true), AllToAllAlgo::Shm);
+            let what = format!("{bytes:?} bytes, world {world}, Intel");
+            assert_eq!(
+                intel.all_to_all(bytes, world, shm, true),
+                on_intel,
+                "{what}"
+            );
+        }
+        assert_eq!(
+            intel.all_to_all(Some(1 << 20), 2, shm, false),
+            AllToAllAlgo::Shm
+        );
+        assert_eq!(
+            intel.all_to_all(Some(1 << 20), 2, tcp, true),
+            AllToAllAlgo::Pairwise
+        );
         assert_eq!(o.reduce(tcp), ReduceAlgo::BinomialTree);
         let forced = AlgoOverrides::parse("allreduce=ring").unwrap();
         assert_eq!(forced.all_reduce(8, 4, shm, false), AllReduceAlgo::Ring);
