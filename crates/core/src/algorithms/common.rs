@@ -91,6 +91,12 @@ pub(crate) fn shared<'a>(
     }
 }
 
+/// Whether `t`'s ranks share a workspace and may read each other's memory (what the
+/// single-copy algorithms need).
+pub(crate) fn single_copy_available(t: &mut dyn Transport) -> bool {
+    t.shared().is_some_and(|ws| ws.single_copy())
+}
+
 /// The workspace of `t` when its ranks may read each other's memory, or the error of a
 /// single-copy algorithm forced (`RUSTDIST_ALGO`) where they may not.
 pub(crate) fn single_copy_workspace<'a>(

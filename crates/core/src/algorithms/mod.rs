@@ -116,7 +116,7 @@ pub fn all_reduce(
 ) -> Result<()> {
     kernels::check_supported(ctx.sig.dtype, ctx.reduce)?;
     check_whole_elements(ctx, "buffer", buf.len())?;
-    let single_copy = t.shared().is_some_and(|ws| ws.single_copy());
+    let single_copy = common::single_copy_available(t);
     match algos.all_reduce(buf.len(), t.size(), t.link_kind(), single_copy) {
         AllReduceAlgo::Ring => {
             let shape = algos.ring_shape(t.size());
@@ -163,7 +163,7 @@ pub fn broadcast(
     algos: &AlgoOverrides,
 ) -> Result<()> {
     check_root(t, ctx, root)?;
-    let single_copy = t.shared().is_some_and(|ws| ws.single_copy());
+    let single_copy = common::single_copy_available(t);
     match algos.broadcast(buf.len(), t.size(), t.link_kind(), single_copy) {
         BroadcastAlgo::BinomialTree => broadcast::binomial_tree::broadcast(t, ctx, buf, root),
         BroadcastAlgo::Chain => broadcast::chain::broadcast(
@@ -211,7 +211,7 @@ pub fn all_gather_from(
         )));
     }
     let total: usize = blocks.iter().map(|b| b.len()).sum();
-    let single_copy = t.shared().is_some_and(|ws| ws.single_copy());
+    let single_copy = common::single_copy_available(t);
     let algo = algos.all_gather(total, t.link_kind(), single_copy);
     let takes_input = matches!(algo, AllGatherAlgo::Shm | AllGatherAlgo::SingleCopy);
     if let (Some(src), false) = (input, takes_input) {
@@ -319,7 +319,7 @@ pub fn all_to_all(
         )));
     }
     let even_bytes = (ctx.sig.count > 0).then(|| sends.iter().map(|s| s.len()).sum());
-    let single_copy = t.shared().is_some_and(|ws| ws.single_copy());
+    let single_copy = common::single_copy_available(t);
     match algos.all_to_all(even_bytes, t.size(), t.link_kind(), single_copy) {
         AllToAllAlgo::Pairwise => alltoall::pairwise::all_to_all(t, ctx, sends, recvs),
         AllToAllAlgo::Shm => alltoall::shm::all_to_all(t, ctx, sends, recvs),

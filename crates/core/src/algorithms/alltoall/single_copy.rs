@@ -53,11 +53,9 @@ pub fn all_to_all(
     recvs[me].copy_from_slice(sends[me]);
     ws.wait(ctx, Peers::All)?;
     for (p, r) in recvs.iter_mut().enumerate().filter(|&(p, _)| p != me) {
-        let mut at = [0u8; BLOCK_AT_BYTES];
-        at.copy_from_slice(
-            &ws.inline(p, n * BLOCK_AT_BYTES)[me * BLOCK_AT_BYTES..][..BLOCK_AT_BYTES],
-        );
-        read_block(ws, ctx, p, &at, r)?;
+        let entry = ws.inline(p, n * BLOCK_AT_BYTES);
+        let at = &entry[me * BLOCK_AT_BYTES..(me + 1) * BLOCK_AT_BYTES];
+        read_block(ws, ctx, p, at, r)?;
     }
     all_read(ws, ctx)
 }

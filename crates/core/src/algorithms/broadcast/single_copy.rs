@@ -6,24 +6,14 @@
 
 use crate::algorithms::common::{all_read, block_at, read_block, single_copy_workspace};
 use crate::error::Result;
-use crate::transport::{OpCtx, Peers, SharedMemory, Transport};
+use crate::transport::{OpCtx, Peers, Transport};
 
 /// Copies `buf` of rank `root` into `buf` of every other rank (all on this host).
 pub fn broadcast(t: &mut dyn Transport, ctx: &OpCtx, buf: &mut [u8], root: usize) -> Result<()> {
     if t.size() == 1 {
         return Ok(());
     }
-    on_host(single_copy_workspace(t, ctx)?, ctx, buf, root)
-}
-
-/// Broadcast over the ranks of workspace `ws` (which may read each other's memory) from
-/// local rank `root`.
-pub(crate) fn on_host(
-    ws: &mut dyn SharedMemory,
-    ctx: &OpCtx,
-    buf: &mut [u8],
-    root: usize,
-) -> Result<()> {
+    let ws = single_copy_workspace(t, ctx)?;
     let at = block_at(buf);
     ws.prepare_flag(ctx)?;
     ws.publish(&at);
