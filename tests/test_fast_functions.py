@@ -51,3 +51,51 @@ def test_calls_the_fast_path_cannot_take_raise_python_s_errors() -> None:
         rustdist.broadcast(t, src=0)
     with pytest.raises(ValueError, match="Default process group has not been initialized"):
         rustdist.all_reduce(t)
+
+
+FAST_METHODS = {"allreduce": ("allreduce_coalesced",), "broadcast": (),
+                "_allgather_base": ("all_gather_single",),
+                "_reduce_scatter_base": ("reduce_scatter_single",), "barrier": ()}
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("name", FAST_METHODS)
+def test_group_methods_keep_their_python_signature_and_aliases(name: str) -> None:
+    method = getattr(rustdist.ProcessGroup, name)
+    python = inspect.unwrap(method)
+    assert inspect.isfunction(method), "pybind11 must see a Python override, not a builtin"
+    assert method.__name__ == name and (method.__doc__ or "") == (python.__doc__ or "")
+    assert _params(method) == _params(python) and _params(method)[0][0] == "self"
+    assert method.__defaults__ == python.__defaults__  # inspect.signature reads python's
+    for alias in FAST_METHODS[name]:
+        assert getattr(rustdist.ProcessGroup, alias) is method
+
+
+@pytest.mark.timeout(60)
+def test_front_door_sync_calls_return_no_work_and_the_rest_goes_to_python() -> None:
+    """torch's synchronous calls get None ("the backend has synchronised"); asynchronous ones
+    (C++ callers' default), other ops and bad arguments take the Python methods."""
+    td.init_process_group("rustdist", store=td.HashStore(), rank=0, world_size=1)
+    try:
+        pg = td.group.WORLD
+        t = torch.arange(6.0)
+        sync = td.AllreduceOptions()
+        sync.asyncOp = False
+        assert pg.allreduce([t], sync) is None and pg.allreduce(t, sync) is None
+        assert td.all_reduce(t) is None and torch.equal(t, torch.arange(6.0))
+        sync.reduceOp = td.ReduceOp.MAX
+        assert pg.allreduce([t], sync) is None  # not SUM: the Python method
+        work = pg.allreduce([t], td.AllreduceOptions())  # asyncOp defaults to True
+        assert work is not None and work.wait() and work.result()[0] is t
+        out = torch.empty(6)
+        assert td.all_gather_into_tensor(out, t) is None and torch.equal(out, t)
+        assert td.reduce_scatter_tensor(out, t) is None and torch.equal(out, t)
+        assert td.broadcast(t, src=0) is None and td.barrier() is None
+        with pytest.raises(RuntimeError, match="invalid root rank: 1"):  # as gloo says
+            td.broadcast(t, src=1)
+        with pytest.raises(TypeError, match="missing 1 required positional argument"):
+            pg.allreduce()
+        with pytest.raises(TypeError, match="unexpected keyword argument 'tensor'"):
+            pg.allreduce(tensor=t)
+    finally:
+        td.destroy_process_group()

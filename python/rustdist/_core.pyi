@@ -254,14 +254,17 @@ def fast_init(
     (its `detail` flag) and the logger of failed calls."""
 
 def fast_function(
-    name: str, python: Callable[..., object], module: str, doc: str
+    name: str, python: Callable[..., object], module: str, doc: str, method: bool = False
 ) -> Callable[..., object]:
     """The fast function of `name` (all_reduce, broadcast, all_gather_into_tensor,
     reduce_scatter_tensor, all_to_all_single or barrier): a builtin (vectorcall, no argument
     tuple or dict) that runs the usual synchronous call on a plain contiguous CPU tensor with
     SUM on a rustdist group directly and hands every other call to `python`; `__module__` is
     `module`, and `doc` its docstring, whose first lines may give the signature
-    (`name(params)\n--\n\n`)."""
+    (`name(params)\n--\n\n`). With `method`, `name` is a method of rustdist's torch
+    ProcessGroup that torch's synchronous calls reach (allreduce, broadcast, _allgather_base,
+    _reduce_scatter_base or barrier) and the builtin is called with the group first: torch's
+    usual synchronous call (`opts.asyncOp` False) runs directly and returns None."""
 
 # ---------------------------------------------------------------------------------------------
 # CUDA (NCCL, and host-staged where NCCL cannot). CUDA tensors cross as (device pointer,

@@ -142,8 +142,10 @@ def compiled_like(fn: F, body: str, namespace: dict[str, Any]) -> F:
     namespace = {"__name__": fn.__module__, **namespace}
     exec(source, namespace)  # noqa: S102 - source built above from fn's parameter names
     wrapper = namespace[fn.__name__]
-    wrapper.__defaults__ = fn.__defaults__
-    wrapper.__kwdefaults__ = fn.__kwdefaults__
+    # From the function the signature came from (a decorated fn's own are *args, **kwargs).
+    inner = inspect.unwrap(fn)
+    wrapper.__defaults__ = inner.__defaults__
+    wrapper.__kwdefaults__ = inner.__kwdefaults__
     return functools.update_wrapper(wrapper, fn)  # type: ignore[return-value]
 
 

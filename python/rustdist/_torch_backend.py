@@ -76,8 +76,9 @@ def _root(opts: Any) -> int:
 
 def _async(opts: Any) -> bool:
     """Whether the caller may overlap the operation: torch's Python API says so in
-    ``asyncOp`` (False: it waits at once, so the operation runs right away on the calling
-    thread); C++ callers (DDP, functional collectives) leave the default, True."""
+    ``asyncOp``. False: it would wait at once, so the operation runs right away on the calling
+    thread and the method returns None, which torch reads as "the backend has synchronised";
+    C++ callers (DDP, functional collectives) leave the default, True."""
     return getattr(opts, "asyncOp", True)
 
 
@@ -182,7 +183,6 @@ else:
             super().__init__(rank, size)
             self._td_name: Optional[str] = None
             self._td_desc = ""
-            self._done: Optional[RustdistWork] = None
 
         def _work(self, works: list[Any], outputs: list[Tensor]) -> RustdistWork:
             """The Work torch gets for rustdist Works ``works`` (one op, or coalesced ones)."""
@@ -195,14 +195,6 @@ else:
             _private.keep_for_functional_collectives(work, outputs)
             _private.register_inflight_outputs(work, outputs)
             return work
-
-        def _completed(self) -> RustdistWork:
-            """The Work of an operation that has run already (one per group, reused: torch's
-            synchronous API only waits on it and drops it)."""
-            if self._done is None:
-                api = _api()
-                self._done = RustdistWork(api.Work(api._Works([]), []), [])
-            return self._done
 
         # -- identity ---------------------------------------------------------------------
 
@@ -248,7 +240,7 @@ else:
         # -- collectives ------------------------------------------------------------------
 
         @_not_traced
-        def allreduce(self, tensors: list[Tensor], opts: Any = None) -> RustdistWork:
+        def allreduce(self, tensors: list[Tensor], opts: Any = None) -> Optional[RustdistWork]:
             """all_reduce of each tensor (torch's AllreduceOptions give the op)."""
             op = _op(opts) if opts is not None else _td.ReduceOp.SUM
             if isinstance(tensors, Tensor):
@@ -257,14 +249,14 @@ else:
             if not _async(opts):
                 for t in tensors:
                     api.all_reduce(t, op=op, group=self)
-                return self._completed()
+                return None
             works = [api.all_reduce(t, op=op, group=self, async_op=True) for t in tensors]
             return self._work(works, list(tensors))
 
         allreduce_coalesced = allreduce
 
         @_not_traced
-        def broadcast(self, tensors: list[Tensor], opts: Any) -> RustdistWork:
+        def broadcast(self, tensors: list[Tensor], opts: Any) -> Optional[RustdistWork]:
             """broadcast from group rank ``opts.rootRank``."""
             if isinstance(tensors, Tensor):
                 tensors = [tensors]
@@ -273,7 +265,7 @@ else:
             if not _async(opts):
                 for t in tensors:
                     api.broadcast(t, group=self, group_src=root)
-                return self._completed()
+                return None
             works = [api.broadcast(t, group=self, async_op=True, group_src=root) for t in tensors]
             return self._work(works, list(tensors))
 
@@ -303,11 +295,11 @@ else:
 
         @_not_traced
         def _allgather_base(self, output: Tensor, input: Tensor,  # noqa: A002
-                            opts: Any = None) -> RustdistWork:
+                            opts: Any = None) -> Optional[RustdistWork]:
             """all_gather_into_tensor: ``output`` holds every rank's ``input`` in rank order."""
             if not _async(opts):
                 _api().all_gather_into_tensor(output, input, group=self)
-                return self._completed()
+                return None
             work = _api().all_gather_into_tensor(output, input, group=self, async_op=True)
             return self._work([work], [output])
 
@@ -337,12 +329,12 @@ else:
 
         @_not_traced
         def _reduce_scatter_base(self, output: Tensor, input: Tensor,  # noqa: A002
-                                 opts: Any = None) -> RustdistWork:
+                                 opts: Any = None) -> Optional[RustdistWork]:
             """reduce_scatter_tensor: rank r gets the reduction of block r of ``input``."""
             op = _op(opts) if opts is not None else _td.ReduceOp.SUM
             if not _async(opts):
                 _api().reduce_scatter_tensor(output, input, op=op, group=self)
-                return self._completed()
+                return None
             work = _api().reduce_scatter_tensor(output, input, op=op, group=self, async_op=True)
             return self._work([work], [output])
 
@@ -398,11 +390,11 @@ else:
             return self._work([work], [outputs[0]])
 
         @_not_traced
-        def barrier(self, opts: Any = None) -> RustdistWork:
+        def barrier(self, opts: Any = None) -> Optional[RustdistWork]:
             """A barrier over the group (device ids in ``opts`` are ignored: CPU only)."""
             if not _async(opts):
                 _api().barrier(group=self)
-                return self._completed()
+                return None
             return self._work([_api().barrier(group=self, async_op=True)], [])
 
         @_not_traced

@@ -16,7 +16,7 @@ use pyo3::intern;
 use pyo3::panic::PanicException;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBool, PyDict, PyString, PyTuple, PyType};
+use pyo3::types::{PyBool, PyDict, PyList, PyString, PyTuple, PyType};
 
 use crate::dlpack::{CpuBuffer, DlpackReader};
 use crate::group::{ExchangeBlocks, GatherOutputs, PyProcessGroup};
@@ -302,13 +302,51 @@ fn rustdist_group<'py>(
             None => return Ok(None),
         },
     };
+    Ok(engine_group(st, &pg)?.map(|core| (pg, core)))
+}
+
+/// The engine group of `pg` when it is a rustdist group (exactly: subclasses go to Python).
+fn engine_group<'py>(
+    st: &State,
+    pg: &Bound<'py, PyAny>,
+) -> PyResult<Option<Bound<'py, PyProcessGroup>>> {
+    let py = pg.py();
     if !pg.get_type().is(st.group_class.bind(py)) {
         return Ok(None);
     }
-    let core = pg
-        .getattr(intern!(py, "_pg"))?
-        .cast_into::<PyProcessGroup>()?;
-    Ok(Some((pg, core)))
+    Ok(Some(
+        pg.getattr(intern!(py, "_pg"))?
+            .cast_into::<PyProcessGroup>()?,
+    ))
+}
+
+/// Whether TORCH_DISTRIBUTED_DEBUG=DETAIL's checks are off (they run in Python).
+fn checks_off(st: &State, py: Python<'_>) -> PyResult<bool> {
+    let detail = st.debug.bind(py).get_item(intern!(py, "detail"))?;
+    Ok(detail.is_some_and(|d| d.is(PyBool::new(py, false).as_any())))
+}
+
+/// all_gather_into_tensor (`gather`) or reduce_scatter_tensor on `core` of plain CPU tensors
+/// whose sizes agree; None hands the call to Python.
+fn gathered<'py>(
+    st: &State,
+    core: Bound<'py, PyProcessGroup>,
+    gather: bool,
+    out: &Bound<'py, PyAny>,
+    inp: &Bound<'py, PyAny>,
+) -> PyResult<Option<Ready<'py>>> {
+    let (Some(o), Some(i)) = (cpu_tensor(st, out)?, cpu_tensor(st, inp)?) else {
+        return Ok(None);
+    };
+    let (big, small) = if gather { (o, i) } else { (i, o) };
+    if big.code != small.code || big.numel != core.get().size() * small.numel {
+        return Ok(None);
+    }
+    Ok(Some(if gather {
+        Ready::AllGather(core, small, big.ptr)
+    } else {
+        Ready::ReduceScatter(core, big.ptr, small)
+    }))
 }
 
 /// A call that takes the fast path, with what the engine needs.
@@ -328,8 +366,7 @@ fn ready<'py>(op: Op, py: Python<'py>, a: &Bound6<'py>) -> PyResult<Option<Ready
     let Some(st) = STATE.get(py) else {
         return Ok(None);
     };
-    let detail = st.debug.bind(py).get_item(intern!(py, "detail"))?;
-    if detail.is_none_or(|d| !d.is(PyBool::new(py, false).as_any())) {
+    if !checks_off(st, py)? {
         return Ok(None);
     }
     Ok(match op {
@@ -380,22 +417,10 @@ fn ready<'py>(op: Op, py: Python<'py>, a: &Bound6<'py>) -> PyResult<Option<Ready
             else {
                 return Ok(None);
             };
-            let (Some((_, core)), Some(o), Some(i)) = (
-                rustdist_group(st, py, group)?,
-                cpu_tensor(st, out)?,
-                cpu_tensor(st, inp)?,
-            ) else {
-                return Ok(None);
-            };
-            let (big, small) = if gather { (o, i) } else { (i, o) };
-            if big.code != small.code || big.numel != core.get().size() * small.numel {
-                return Ok(None);
+            match rustdist_group(st, py, group)? {
+                Some((_, core)) => gathered(st, core, gather, out, inp)?,
+                None => None,
             }
-            Some(if gather {
-                Ready::AllGather(core, small, big.ptr)
-            } else {
-                Ready::ReduceScatter(core, big.ptr, small)
-            })
         }
         Op::AllToAllSingle => {
             let (Some(out), Some(inp), None, None, true) = (
@@ -492,12 +517,17 @@ fn call(op: Op, args: &Args<'_, '_>) -> PyResult<Py<PyAny>> {
     let py = args.py;
     let bound = bind(op.params(), args);
     let Some(Ok(Some(ready))) = bound.as_ref().map(|a| ready(op, py, a)) else {
-        return fallback(op, args);
+        return fallback(&PYTHON[op as usize], op.name(), args);
     };
+    run_logged(py, op, ready)
+}
+
+/// Runs `ready` (a call of `op`); None, or its error logged as the Python function's
+/// exception_logger would have.
+fn run_logged(py: Python<'_>, op: Op, ready: Ready<'_>) -> PyResult<Py<PyAny>> {
     match run(py, ready) {
         Ok(()) => Ok(py.None()),
         Err(e) => {
-            // As the Python function's exception_logger would have.
             if let Some(st) = STATE.get(py) {
                 st.log.call1(py, (op.name(), e.value(py)))?;
             }
@@ -506,12 +536,16 @@ fn call(op: Op, args: &Args<'_, '_>) -> PyResult<Py<PyAny>> {
     }
 }
 
-/// The call handed to the Python function, as a tuple and a dict.
-fn fallback(op: Op, args: &Args<'_, '_>) -> PyResult<Py<PyAny>> {
+/// The call handed to `python` (the function behind fast path `name`), as a tuple and a dict.
+fn fallback(
+    python: &PyOnceLock<Py<PyAny>>,
+    name: &str,
+    args: &Args<'_, '_>,
+) -> PyResult<Py<PyAny>> {
     let py = args.py;
-    let python = PYTHON[op as usize].get(py).ok_or_else(|| {
-        PyValueError::new_err(format!("the fast path of {} is not set up", op.name()))
-    })?;
+    let python = python
+        .get(py)
+        .ok_or_else(|| PyValueError::new_err(format!("the fast path of {name} is not set up")))?;
     let positional = args.positional();
     let tuple = PyTuple::new(py, args.iter().take(positional))?;
     let kwargs = match &args.kwnames {
@@ -535,6 +569,34 @@ unsafe extern "C" fn vectorcall<const OP: usize>(
     nargs: ffi::Py_ssize_t,
     kwnames: *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
+    // SAFETY: CPython calls a builtin with this thread attached and the arguments live.
+    unsafe { entry(args, nargs, kwnames, |a| call(OPS[OP], a)) }
+}
+
+/// CPython's entry for method number `M`, called with the group first, as [`vectorcall`].
+unsafe extern "C" fn method_vectorcall<const M: usize>(
+    _module: *mut ffi::PyObject,
+    args: *const *mut ffi::PyObject,
+    nargs: ffi::Py_ssize_t,
+    kwnames: *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
+    // SAFETY: as for `vectorcall`.
+    unsafe { entry(args, nargs, kwnames, |a| call_method(METHODS[M], a)) }
+}
+
+/// The body of a vectorcall entry: `body` on the arguments, its error (or panic) set as the
+/// Python error.
+///
+/// # Safety
+/// The caller is CPython calling a METH_FASTCALL | METH_KEYWORDS builtin: this thread is
+/// attached, `args` holds `nargs` positional arguments and one per name of `kwnames` (a tuple
+/// of str, or null), all alive for the call.
+unsafe fn entry(
+    args: *const *mut ffi::PyObject,
+    nargs: ffi::Py_ssize_t,
+    kwnames: *mut ffi::PyObject,
+    body: impl FnOnce(&Args<'_, '_>) -> PyResult<Py<PyAny>>,
+) -> *mut ffi::PyObject {
     // SAFETY: CPython calls a builtin with this thread attached to the interpreter.
     let py = unsafe { Python::assume_attached() };
     let outcome = catch_unwind(AssertUnwindSafe(|| {
@@ -549,7 +611,7 @@ unsafe extern "C" fn vectorcall<const OP: usize>(
             // SAFETY: `args` holds `total` references, live for the call (METH_FASTCALL).
             unsafe { std::slice::from_raw_parts(args, total) }
         };
-        call(OPS[OP], &Args { py, ptrs, kwnames })
+        body(&Args { py, ptrs, kwnames })
     }));
     let error = match outcome {
         Ok(Ok(value)) => return value.into_ptr(),
@@ -577,39 +639,221 @@ const ENTRIES: [ffi::PyCFunctionFastWithKeywords; OPS.len()] = [
     vectorcall::<5>,
 ];
 
-/// The fast function of `name` (all_reduce, broadcast, all_gather_into_tensor,
-/// reduce_scatter_tensor, all_to_all_single or barrier) in front of `python`, the function
-/// with its full semantics: a builtin of module `module` whose docstring is `doc` (its first
-/// lines may give the signature, `name(params)\n--\n\n`, as CPython's builtins do).
+/// The fast function of `name` in front of `python`, the function with its full semantics: a
+/// builtin of module `module` whose docstring is `doc` (its first lines may give the
+/// signature, `name(params)\n--\n\n`, as CPython's builtins do). `name` is one of all_reduce,
+/// broadcast, all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single or barrier; with
+/// `method`, one of the methods of rustdist's torch ProcessGroup that torch's synchronous
+/// calls reach (allreduce, broadcast, _allgather_base, _reduce_scatter_base or barrier), and
+/// the builtin is called with the group first. (A builtin as the method itself would hide it
+/// from torch's C++ callers: pybind11 takes any builtin attribute for its own C++ method, not
+/// for an override.)
 #[pyfunction]
+#[pyo3(signature = (name, python, module, doc, method = false))]
 pub fn fast_function(
     py: Python<'_>,
     name: &str,
     python: Py<PyAny>,
     module: &str,
     doc: &str,
+    method: bool,
 ) -> PyResult<Py<PyAny>> {
-    let Some(index) = OPS.iter().position(|op| op.name() == name) else {
+    let (index, pythons, entries) = if method {
+        let index = METHODS.iter().position(|m| m.name() == name);
+        (index, &PYTHON_METHODS[..], &METHOD_ENTRIES[..])
+    } else {
+        let index = OPS.iter().position(|op| op.name() == name);
+        (index, &PYTHON[..], &ENTRIES[..])
+    };
+    let Some(index) = index else {
         return Err(PyValueError::new_err(format!("no fast path for {name:?}")));
     };
-    let _ = PYTHON[index].set(py, python);
-    let text = |s: &str| {
-        CString::new(s).map_err(|_| PyValueError::new_err("a name or docstring with a NUL byte"))
-    };
-    // CPython keeps a pointer to the definition for the function's whole life; one per op
-    // and call (a handful per process), so it is leaked on purpose.
-    let def = Box::leak(Box::new(ffi::PyMethodDef {
-        ml_name: text(name)?.into_raw(),
-        ml_meth: ffi::PyMethodDefPointer {
-            PyCFunctionFastWithKeywords: ENTRIES[index],
-        },
-        ml_flags: ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
-        ml_doc: text(doc)?.into_raw(),
-    }));
+    let _ = pythons[index].set(py, python);
+    let def = leaked_def(name, entries[index], doc)?;
     let module = PyString::new(py, module);
     // SAFETY: `def` lives forever; a null self makes a plain function; `module` is a live str
     // (the function holds its own reference).
     let function = unsafe { ffi::PyCFunction_NewEx(def, std::ptr::null_mut(), module.as_ptr()) };
     // SAFETY: a new reference, or null with a Python error set.
     Ok(unsafe { Bound::from_owned_ptr_or_err(py, function) }?.unbind())
+}
+
+/// A vectorcall builtin's definition. CPython keeps a pointer to it for the function's whole
+/// life; one per fast path and setup (a handful per process), so it is leaked on purpose.
+fn leaked_def(
+    name: &str,
+    entry: ffi::PyCFunctionFastWithKeywords,
+    doc: &str,
+) -> PyResult<&'static mut ffi::PyMethodDef> {
+    let text = |s: &str| {
+        CString::new(s).map_err(|_| PyValueError::new_err("a name or docstring with a NUL byte"))
+    };
+    Ok(Box::leak(Box::new(ffi::PyMethodDef {
+        ml_name: text(name)?.into_raw(),
+        ml_meth: ffi::PyMethodDefPointer {
+            PyCFunctionFastWithKeywords: entry,
+        },
+        ml_flags: ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
+        ml_doc: text(doc)?.into_raw(),
+    })))
+}
+
+/// A method that torch's Python API calls on a rustdist group (the torch front door) with
+/// torch's option objects. Its usual synchronous call (`opts.asyncOp` False) runs here and
+/// returns None, which torch reads as "the backend has synchronised": no Work is made and
+/// none is waited for.
+#[derive(Clone, Copy)]
+enum Method {
+    AllReduce,
+    Broadcast,
+    AllGatherBase,
+    ReduceScatterBase,
+    Barrier,
+}
+
+/// Every method, indexed by its discriminant.
+const METHODS: [Method; 5] = [
+    Method::AllReduce,
+    Method::Broadcast,
+    Method::AllGatherBase,
+    Method::ReduceScatterBase,
+    Method::Barrier,
+];
+
+impl Method {
+    fn name(self) -> &'static str {
+        match self {
+            Method::AllReduce => "allreduce",
+            Method::Broadcast => "broadcast",
+            Method::AllGatherBase => "_allgather_base",
+            Method::ReduceScatterBase => "_reduce_scatter_base",
+            Method::Barrier => "barrier",
+        }
+    }
+
+    /// The collective it runs (its name is what a failure is logged as).
+    fn op(self) -> Op {
+        match self {
+            Method::AllReduce => Op::AllReduce,
+            Method::Broadcast => Op::Broadcast,
+            Method::AllGatherBase => Op::AllGatherIntoTensor,
+            Method::ReduceScatterBase => Op::ReduceScatterTensor,
+            Method::Barrier => Op::Barrier,
+        }
+    }
+
+    /// The Python method's parameters after `self`, in order; the options come last.
+    fn params(self) -> &'static [&'static str] {
+        match self {
+            Method::AllReduce | Method::Broadcast => &["tensors", "opts"],
+            Method::AllGatherBase | Method::ReduceScatterBase => &["output", "input", "opts"],
+            Method::Barrier => &["opts"],
+        }
+    }
+}
+
+/// The Python method each method stands in for (set by [`fast_function`]).
+static PYTHON_METHODS: [PyOnceLock<Py<PyAny>>; METHODS.len()] =
+    [const { PyOnceLock::new() }; METHODS.len()];
+
+/// Each method's entry, indexed as [`METHODS`].
+const METHOD_ENTRIES: [ffi::PyCFunctionFastWithKeywords; METHODS.len()] = [
+    method_vectorcall::<0>,
+    method_vectorcall::<1>,
+    method_vectorcall::<2>,
+    method_vectorcall::<3>,
+    method_vectorcall::<4>,
+];
+
+/// The tensor of `tensors`, a list of one tensor or a tensor.
+fn one_tensor<'py>(st: &State, tensors: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyAny>>> {
+    if tensors.get_type().is(st.tensor.bind(tensors.py())) {
+        return Ok(Some(tensors.clone()));
+    }
+    match tensors.cast::<PyList>() {
+        Ok(list) if list.len() == 1 => Ok(Some(list.get_item(0)?)),
+        _ => Ok(None),
+    }
+}
+
+/// The call of method `m` on `group` with arguments `a`, when it is the usual synchronous
+/// kind; None hands it to Python.
+fn ready_method<'py>(
+    m: Method,
+    st: &State,
+    group: &Bound<'py, PyAny>,
+    a: &Bound6<'py>,
+) -> PyResult<Option<Ready<'py>>> {
+    let py = group.py();
+    let Some(opts) = given(&a[m.params().len() - 1]) else {
+        return Ok(None);
+    };
+    // A bare ReduceOp in place of the options (Python callers) has no asyncOp.
+    let Ok(async_op) = opts.getattr(intern!(py, "asyncOp")) else {
+        return Ok(None);
+    };
+    if !async_op.is(PyBool::new(py, false).as_any()) || !checks_off(st, py)? {
+        return Ok(None);
+    }
+    let Some(core) = engine_group(st, group)? else {
+        return Ok(None);
+    };
+    let sum = |opts: &Bound<'py, PyAny>| is_sum(st, &Some(opts.getattr(intern!(py, "reduceOp"))?));
+    Ok(match m {
+        Method::AllReduce | Method::Broadcast => {
+            let Some(t) = given(&a[0])
+                .map(|t| one_tensor(st, t))
+                .transpose()?
+                .flatten()
+            else {
+                return Ok(None);
+            };
+            let Some(buf) = cpu_tensor(st, &t)? else {
+                return Ok(None);
+            };
+            if matches!(m, Method::AllReduce) {
+                sum(opts)?.then_some(Ready::AllReduce(core, buf))
+            } else {
+                let root: usize = opts.getattr(intern!(py, "rootRank"))?.extract()?;
+                let tensor: usize = opts.getattr(intern!(py, "rootTensor"))?.extract()?;
+                (tensor == 0 && root < core.get().size())
+                    .then_some(Ready::Broadcast(core, buf, root))
+            }
+        }
+        Method::AllGatherBase | Method::ReduceScatterBase => {
+            let gather = matches!(m, Method::AllGatherBase);
+            let (Some(out), Some(inp)) = (given(&a[0]), given(&a[1])) else {
+                return Ok(None);
+            };
+            if !gather && !sum(opts)? {
+                return Ok(None);
+            }
+            gathered(st, core, gather, out, inp)?
+        }
+        Method::Barrier => Some(Ready::Barrier(core)),
+    })
+}
+
+/// The call of method `m` with `args` (the group first), on the fast path or through its
+/// Python method.
+fn call_method(m: Method, args: &Args<'_, '_>) -> PyResult<Py<PyAny>> {
+    let py = args.py;
+    let ready = match (STATE.get(py), args.iter().next(), args.positional() > 0) {
+        (Some(st), Some(group), true) => {
+            let rest = Args {
+                py,
+                ptrs: &args.ptrs[1..],
+                kwnames: args.kwnames.clone(),
+            };
+            match bind(m.params(), &rest) {
+                Some(a) => ready_method(m, st, &group.to_owned(), &a),
+                None => Ok(None),
+            }
+        }
+        _ => Ok(None),
+    };
+    let Ok(Some(ready)) = ready else {
+        return fallback(&PYTHON_METHODS[m as usize], m.name(), args);
+    };
+    run_logged(py, m.op(), ready)
 }
