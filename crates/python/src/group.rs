@@ -344,11 +344,12 @@ impl PyProcessGroup {
 type Choice = (&'static str, &'static str, usize, usize, &'static str);
 
 /// The algorithm the engine picks per (collective, link kind, world size, bytes), with
-/// `RUSTDIST_ALGO` applied.
+/// `RUSTDIST_ALGO` applied, for ranks on this machine's cores.
 #[pyfunction]
 pub fn selection_table(worlds: Vec<usize>, sizes: Vec<usize>) -> CoreResult<Vec<Choice>> {
     let overrides = AlgoOverrides::from_env(Measured::default())?;
-    Ok(select::table(&overrides, &worlds, &sizes)
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    Ok(select::table(&overrides, &worlds, &sizes, cores)
         .into_iter()
         .map(|c| (c.collective, c.link.name(), c.world, c.bytes, c.algorithm))
         .collect())

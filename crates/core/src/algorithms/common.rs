@@ -4,6 +4,7 @@
 
 use std::ops::Range;
 
+use crate::algorithms::select::SingleCopy;
 use crate::error::{Error, Result};
 use crate::reduce::reduce_into;
 use crate::transport::workspace::{INLINE_BYTES, SLOT_BYTES};
@@ -92,9 +93,13 @@ pub(crate) fn shared<'a>(
 }
 
 /// Whether `t`'s ranks share a workspace and may read each other's memory (what the
-/// single-copy algorithms need).
-pub(crate) fn single_copy_available(t: &mut dyn Transport) -> bool {
-    t.shared().is_some_and(|ws| ws.single_copy())
+/// single-copy algorithms need), and whether each has a core.
+pub(crate) fn single_copy_available(t: &mut dyn Transport) -> SingleCopy {
+    match t.shared() {
+        Some(ws) if ws.single_copy() && ws.oversubscribed() => SingleCopy::SharedCores,
+        Some(ws) if ws.single_copy() => SingleCopy::CoreEach,
+        _ => SingleCopy::Unavailable,
+    }
 }
 
 /// The workspace of `t` when its ranks may read each other's memory, or the error of a
@@ -107,7 +112,7 @@ pub(crate) fn single_copy_workspace<'a>(
     if !ws.single_copy() {
         return Err(Error::Runtime(format!(
             "{}: the single-copy algorithm needs ranks that may read each other's memory \
-             (process_vm_readv) and a core each; check RUSTDIST_ALGO",
+             (process_vm_readv); check RUSTDIST_ALGO",
             ctx.sig.kind.name()
         )));
     }

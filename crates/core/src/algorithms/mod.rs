@@ -7,7 +7,7 @@
 //! size, any length (including 0 and fewer elements than ranks), and leaves all ranks with
 //! bitwise identical results.
 
-mod common;
+pub(crate) mod common;
 pub mod select;
 
 pub mod allreduce {

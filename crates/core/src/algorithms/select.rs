@@ -282,9 +282,10 @@ impl HostCpu {
 
     /// From how many bytes per rank an all_to_all of equal blocks in shared memory has every
     /// rank read its block straight from each peer's input, where the ranks may. World 2 on an
-    /// Intel Xeon VM: 1.4x-2.6x the slots' speed from 32 KiB to 64 MiB, level at 8 KiB; on an
-    /// AMD EPYC VM it was faster only at 256 KiB (1.28x) and 0.82x-0.96x from 512 KiB, so other
-    /// CPUs keep the slots.
+    /// Intel Xeon VM: 1.4x-2.6x the slots' speed from 32 KiB to 64 MiB, level at 8 KiB (with
+    /// more ranks than cores, from 256 KiB: see `SHARED_CORES_SINGLE_COPY_ALL_TO_ALL_MIN_BYTES`).
+    /// On an AMD EPYC VM it was faster only at 256 KiB (1.28x) and 0.82x-0.96x from 512 KiB
+    /// at world 2, so other CPUs keep the slots.
     pub fn single_copy_all_to_all_min_bytes(self) -> Option<usize> {
         match self {
             HostCpu::Intel => Some(32 << 10),
@@ -318,6 +319,27 @@ impl HostCpu {
         }
     }
 }
+
+/// Whether the ranks of a host may read each other's memory (the single-copy algorithms), and
+/// whether each has a core of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SingleCopy {
+    Unavailable,
+    /// More ranks on the host than cores: a rank waiting for a peer on its own core yields
+    /// it, and the kernel charges the yielder CPU time until the peer has had its share, so
+    /// an algorithm that waits for every rank after every read costs twice its copies. With
+    /// 4 ranks on 2 cores of an Intel Xeon VM, all_gather and broadcast read straight from
+    /// the peers ran 0.55x-0.75x the slots' speed from 32 KiB to 2 MiB and all_reduce level;
+    /// all_to_all, whose slots copy every block twice, 1.5x-1.6x from 256 KiB per rank (see
+    /// `SHARED_CORES_SINGLE_COPY_ALL_TO_ALL_MIN_BYTES`).
+    SharedCores,
+    CoreEach,
+}
+
+/// With more ranks than cores, single-copy all_to_all starts at this many bytes per rank at
+/// the least: 4 ranks on 2 cores of an Intel Xeon VM ran it 0.7x the slots' speed at 32 KiB,
+/// level at 128 KiB, 1.5x-1.6x from 256 KiB to 64 MiB.
+const SHARED_CORES_SINGLE_COPY_ALL_TO_ALL_MIN_BYTES: usize = 256 << 10;
 
 /// In shared memory, all_reduce up to this many bytes per rank runs one-shot (every rank
 /// reduces every contribution); above it each rank reduces a slice (two-shot).
@@ -568,22 +590,21 @@ impl AlgoOverrides {
         Ok(o)
     }
 
-    /// all_reduce of `bytes` on `world` ranks.
-    /// all_reduce of `bytes` per rank; `single_copy`: the ranks on the host may read each
-    /// other's memory.
+    /// all_reduce of `bytes` per rank on `world` ranks; `single_copy`: whether the ranks on the
+    /// host may read each other's memory, each with a core.
     pub fn all_reduce(
         &self,
         bytes: usize,
         world: usize,
         link: LinkKind,
-        single_copy: bool,
+        single_copy: SingleCopy,
     ) -> AllReduceAlgo {
         self.all_reduce.unwrap_or(match link {
             LinkKind::SharedMemory if bytes <= SHM_ALL_REDUCE_ONESHOT_MAX_BYTES => {
                 AllReduceAlgo::ShmOneShot
             }
             LinkKind::SharedMemory
-                if single_copy
+                if single_copy == SingleCopy::CoreEach
                     && self
                         .cpu
                         .single_copy_all_reduce_min_bytes()
@@ -605,7 +626,8 @@ impl AlgoOverrides {
 
     /// The algorithm the leaders of a hierarchical all_reduce run among themselves.
     pub fn all_reduce_between_hosts(&self, bytes: usize, hosts: usize) -> AllReduceAlgo {
-        self.policy().all_reduce(bytes, hosts, LinkKind::Tcp, false)
+        self.policy()
+            .all_reduce(bytes, hosts, LinkKind::Tcp, SingleCopy::Unavailable)
     }
 
     /// The policy alone: no algorithm forced, the same link model.
@@ -644,19 +666,19 @@ impl AlgoOverrides {
         self.tcp.bandwidth < LinkModel::SLOW_BANDWIDTH
     }
 
-    /// broadcast of `bytes` on `world` ranks.
-    /// Broadcast of `bytes`; `single_copy`: the ranks on the host may read each other's
-    /// memory.
+    /// Broadcast of `bytes` on `world` ranks; `single_copy`: whether the ranks on the host may
+    /// read each other's memory, each with a core.
     pub fn broadcast(
         &self,
         bytes: usize,
         world: usize,
         link: LinkKind,
-        single_copy: bool,
+        single_copy: SingleCopy,
     ) -> BroadcastAlgo {
         self.broadcast.unwrap_or(match link {
             LinkKind::SharedMemory
-                if single_copy && self.cpu.single_copy_broadcast_bytes().contains(&bytes) =>
+                if single_copy == SingleCopy::CoreEach
+                    && self.cpu.single_copy_broadcast_bytes().contains(&bytes) =>
             {
                 BroadcastAlgo::SingleCopy
             }
@@ -675,20 +697,22 @@ impl AlgoOverrides {
 
     /// The algorithm the leaders of a hierarchical broadcast run among themselves.
     pub fn broadcast_between_hosts(&self, bytes: usize, hosts: usize) -> BroadcastAlgo {
-        self.policy().broadcast(bytes, hosts, LinkKind::Tcp, false)
+        self.policy()
+            .broadcast(bytes, hosts, LinkKind::Tcp, SingleCopy::Unavailable)
     }
 
-    /// all_gather of `total_bytes` gathered on every rank; `single_copy`: the ranks on the
-    /// host may read each other's memory.
+    /// all_gather of `total_bytes` gathered on every rank; `single_copy`: whether the ranks on
+    /// the host may read each other's memory, each with a core.
     pub fn all_gather(
         &self,
         total_bytes: usize,
         link: LinkKind,
-        single_copy: bool,
+        single_copy: SingleCopy,
     ) -> AllGatherAlgo {
         self.all_gather.unwrap_or(match link {
             LinkKind::SharedMemory
-                if single_copy && self.cpu.single_copy_bytes().contains(&total_bytes) =>
+                if single_copy == SingleCopy::CoreEach
+                    && self.cpu.single_copy_bytes().contains(&total_bytes) =>
             {
                 AllGatherAlgo::SingleCopy
             }
@@ -703,7 +727,8 @@ impl AlgoOverrides {
 
     /// The algorithm the leaders of a hierarchical all_gather run among themselves.
     pub fn all_gather_between_hosts(&self, total_bytes: usize) -> AllGatherAlgo {
-        self.policy().all_gather(total_bytes, LinkKind::Tcp, false)
+        self.policy()
+            .all_gather(total_bytes, LinkKind::Tcp, SingleCopy::Unavailable)
     }
 
     pub fn reduce_scatter(&self, link: LinkKind) -> ReduceScatterAlgo {
@@ -736,23 +761,27 @@ impl AlgoOverrides {
     }
 
     /// all_to_all of `even_bytes` per rank in equal blocks (None: uneven splits) on `world`
-    /// ranks; `single_copy`: the ranks on the host may read each other's memory.
+    /// ranks; `single_copy`: whether the ranks on the host may read each other's memory (a
+    /// core each or not).
     pub fn all_to_all(
         &self,
         even_bytes: Option<usize>,
         world: usize,
         link: LinkKind,
-        single_copy: bool,
+        single_copy: SingleCopy,
     ) -> AllToAllAlgo {
-        let one_copy = |bytes: usize| {
-            self.cpu
+        let min = match single_copy {
+            SingleCopy::Unavailable => None,
+            SingleCopy::SharedCores => self
+                .cpu
                 .single_copy_all_to_all_min_bytes()
-                .is_some_and(|min| bytes >= min)
+                .map(|min| min.max(SHARED_CORES_SINGLE_COPY_ALL_TO_ALL_MIN_BYTES)),
+            SingleCopy::CoreEach => self.cpu.single_copy_all_to_all_min_bytes(),
         };
+        let one_copy = |bytes: usize| min.is_some_and(|min| bytes >= min);
         self.all_to_all.unwrap_or(match link {
             LinkKind::SharedMemory
-                if single_copy
-                    && world <= crate::algorithms::alltoall::single_copy::MAX_RANKS
+                if world <= crate::algorithms::alltoall::single_copy::MAX_RANKS
                     && even_bytes.is_some_and(one_copy) =>
             {
                 AllToAllAlgo::SingleCopy
@@ -783,8 +812,14 @@ pub struct Choice {
 }
 
 /// What the defaults (with `RUSTDIST_ALGO` applied when `overrides` holds it) choose for every
-/// collective, link kind, world size in `worlds` and size in `sizes`.
-pub fn table(overrides: &AlgoOverrides, worlds: &[usize], sizes: &[usize]) -> Vec<Choice> {
+/// collective, link kind, world size in `worlds` and size in `sizes`, on a host of `cores`
+/// cores whose ranks may read each other's memory.
+pub fn table(
+    overrides: &AlgoOverrides,
+    worlds: &[usize],
+    sizes: &[usize],
+    cores: usize,
+) -> Vec<Choice> {
     let links = [
         LinkKind::SharedMemory,
         LinkKind::Tcp,
@@ -794,18 +829,29 @@ pub fn table(overrides: &AlgoOverrides, worlds: &[usize], sizes: &[usize]) -> Ve
     let mut rows = Vec::new();
     for link in links {
         for &world in worlds {
+            let one_copy = if world <= cores {
+                SingleCopy::CoreEach
+            } else {
+                SingleCopy::SharedCores
+            };
             for &bytes in sizes {
                 let picks: [(&'static str, &'static str); 9] = [
-                    ("all_reduce", o.all_reduce(bytes, world, link, true).name()),
-                    ("broadcast", o.broadcast(bytes, world, link, true).name()),
-                    ("all_gather", o.all_gather(bytes, link, true).name()),
+                    (
+                        "all_reduce",
+                        o.all_reduce(bytes, world, link, one_copy).name(),
+                    ),
+                    (
+                        "broadcast",
+                        o.broadcast(bytes, world, link, one_copy).name(),
+                    ),
+                    ("all_gather", o.all_gather(bytes, link, one_copy).name()),
                     ("reduce_scatter", o.reduce_scatter(link).name()),
                     ("reduce", o.reduce(link).name()),
                     ("gather", o.gather(link).name()),
                     ("scatter", o.scatter(link).name()),
                     (
                         "all_to_all",
-                        o.all_to_all(Some(bytes), world, link, true).name(),
+                        o.all_to_all(Some(bytes), world, link, one_copy).name(),
                     ),
                     ("barrier", o.barrier(link).name()),
                 ];
@@ -825,6 +871,7 @@ pub fn table(overrides: &AlgoOverrides, worlds: &[usize], sizes: &[usize]) -> Ve
 #[cfg(test)]
 mod tests {
     use super::*;
+    use SingleCopy::{CoreEach, SharedCores, Unavailable};
 
     #[test]
     fn parse_bare_and_keyed_names() {
@@ -895,13 +942,19 @@ mod tests {
             LinkKind::Hierarchical,
         );
         assert_eq!(
-            o.all_reduce(1024, 4, tcp, false),
+            o.all_reduce(1024, 4, tcp, Unavailable),
             AllReduceAlgo::RecursiveDoubling
         );
-        assert_eq!(o.all_reduce(64 << 20, 4, tcp, false), AllReduceAlgo::Ring);
-        assert_eq!(o.all_reduce(8, 2, shm, false), AllReduceAlgo::ShmOneShot);
         assert_eq!(
-            o.all_reduce(64 << 20, 2, shm, false),
+            o.all_reduce(64 << 20, 4, tcp, Unavailable),
+            AllReduceAlgo::Ring
+        );
+        assert_eq!(
+            o.all_reduce(8, 2, shm, Unavailable),
+            AllReduceAlgo::ShmOneShot
+        );
+        assert_eq!(
+            o.all_reduce(64 << 20, 2, shm, Unavailable),
             AllReduceAlgo::ShmTwoShot
         );
         // The bands of single-copy algorithms depend on the CPU.
@@ -932,34 +985,34 @@ mod tests {
                 AllReduceAlgo::ShmSingleCopy,
             ),
         ] {
-            assert_eq!(o.all_reduce(bytes, 2, shm, true), algo, "{bytes} bytes");
+            assert_eq!(o.all_reduce(bytes, 2, shm, CoreEach), algo, "{bytes} bytes");
             assert_eq!(
-                intel.all_reduce(bytes, 2, shm, true),
+                intel.all_reduce(bytes, 2, shm, CoreEach),
                 on_intel,
                 "{bytes} bytes, Intel"
             );
         }
         assert_eq!(
-            intel.all_reduce(64 << 20, 2, shm, false),
+            intel.all_reduce(64 << 20, 2, shm, Unavailable),
             AllReduceAlgo::ShmTwoShot
         );
         assert_eq!(
-            intel.all_reduce(64 << 20, 2, tcp, true),
+            intel.all_reduce(64 << 20, 2, tcp, CoreEach),
             AllReduceAlgo::Ring
         );
         assert_eq!(
-            o.all_reduce(8, 4, mixed, false),
+            o.all_reduce(8, 4, mixed, Unavailable),
             AllReduceAlgo::Hierarchical
         );
         assert_eq!(
-            o.broadcast(64 << 20, 4, tcp, false),
+            o.broadcast(64 << 20, 4, tcp, Unavailable),
             BroadcastAlgo::BinomialTree
         );
         assert_eq!(
-            o.broadcast(64 << 20, 2, tcp, false),
+            o.broadcast(64 << 20, 2, tcp, Unavailable),
             BroadcastAlgo::BinomialTree
         );
-        assert_eq!(o.broadcast(8, 4, shm, false), BroadcastAlgo::Shm);
+        assert_eq!(o.broadcast(8, 4, shm, Unavailable), BroadcastAlgo::Shm);
         // The root's buffer read in one copy where the ranks may: 256 KiB to 1 MiB, from
         // 16 KiB on Intel's CPUs.
         for (bytes, algo, on_intel) in [
@@ -977,19 +1030,22 @@ mod tests {
             ),
             ((1 << 20) + 1, BroadcastAlgo::Shm, BroadcastAlgo::Shm),
         ] {
-            assert_eq!(o.broadcast(bytes, 2, shm, true), algo, "{bytes} bytes");
+            assert_eq!(o.broadcast(bytes, 2, shm, CoreEach), algo, "{bytes} bytes");
             assert_eq!(
-                intel.broadcast(bytes, 2, shm, true),
+                intel.broadcast(bytes, 2, shm, CoreEach),
                 on_intel,
                 "{bytes} bytes, Intel"
             );
         }
-        assert_eq!(intel.broadcast(64 << 10, 2, shm, false), BroadcastAlgo::Shm);
         assert_eq!(
-            intel.broadcast(64 << 10, 2, tcp, true),
+            intel.broadcast(64 << 10, 2, shm, Unavailable),
+            BroadcastAlgo::Shm
+        );
+        assert_eq!(
+            intel.broadcast(64 << 10, 2, tcp, CoreEach),
             BroadcastAlgo::BinomialTree
         );
-        assert_eq!(o.all_gather(100, tcp, false), AllGatherAlgo::Direct);
+        assert_eq!(o.all_gather(100, tcp, Unavailable), AllGatherAlgo::Direct);
         // One copy from the peers' memory where the ranks may read it: 256 KiB to 4 MiB,
         // 32 KiB to 16 MiB on Intel's CPUs.
         for (bytes, algo, on_intel) in [
@@ -1014,16 +1070,19 @@ mod tests {
             (16 << 20, AllGatherAlgo::Shm, AllGatherAlgo::SingleCopy),
             ((16 << 20) + 1, AllGatherAlgo::Shm, AllGatherAlgo::Shm),
         ] {
-            assert_eq!(o.all_gather(bytes, shm, true), algo, "{bytes} bytes");
+            assert_eq!(o.all_gather(bytes, shm, CoreEach), algo, "{bytes} bytes");
             assert_eq!(
-                intel.all_gather(bytes, shm, true),
+                intel.all_gather(bytes, shm, CoreEach),
                 on_intel,
                 "{bytes} bytes, Intel"
             );
         }
-        assert_eq!(intel.all_gather(1 << 20, shm, false), AllGatherAlgo::Shm);
-        assert_eq!(o.all_gather(1 << 20, shm, false), AllGatherAlgo::Shm);
-        assert_eq!(o.all_gather(1 << 20, tcp, true), AllGatherAlgo::Ring);
+        assert_eq!(
+            intel.all_gather(1 << 20, shm, Unavailable),
+            AllGatherAlgo::Shm
+        );
+        assert_eq!(o.all_gather(1 << 20, shm, Unavailable), AllGatherAlgo::Shm);
+        assert_eq!(o.all_gather(1 << 20, tcp, CoreEach), AllGatherAlgo::Ring);
         // Equal blocks read in one copy where the ranks may (and their addresses fit a flag
         // entry): on Intel's CPUs from 32 KiB per rank.
         for (bytes, world, on_intel) in [
@@ -1033,30 +1092,74 @@ mod tests {
             (Some(64 << 20), 8, AllToAllAlgo::Shm),
             (None, 2, AllToAllAlgo::Shm),
         ] {
-            assert_eq!(o.all_to_all(bytes, world, shm, true), AllToAllAlgo::Shm);
+            assert_eq!(o.all_to_all(bytes, world, shm, CoreEach), AllToAllAlgo::Shm);
             let what = format!("{bytes:?} bytes, world {world}, Intel");
             assert_eq!(
-                intel.all_to_all(bytes, world, shm, true),
+                intel.all_to_all(bytes, world, shm, CoreEach),
                 on_intel,
                 "{what}"
             );
         }
         assert_eq!(
-            intel.all_to_all(Some(1 << 20), 2, shm, false),
+            intel.all_to_all(Some(1 << 20), 2, shm, Unavailable),
+            AllToAllAlgo::Shm
+        );
+        // With more ranks than cores only all_to_all reads straight from the peers, from
+        // 256 KiB per rank.
+        assert_eq!(
+            intel.all_to_all(Some(256 << 10), 4, shm, SharedCores),
+            AllToAllAlgo::SingleCopy
+        );
+        assert_eq!(
+            intel.all_to_all(Some((256 << 10) - 1), 4, shm, SharedCores),
             AllToAllAlgo::Shm
         );
         assert_eq!(
-            intel.all_to_all(Some(1 << 20), 2, tcp, true),
+            o.all_to_all(Some(1 << 20), 4, shm, SharedCores),
+            AllToAllAlgo::Shm
+        );
+        assert_eq!(
+            intel.all_reduce(64 << 20, 4, shm, SharedCores),
+            AllReduceAlgo::ShmTwoShot
+        );
+        assert_eq!(
+            intel.broadcast(64 << 10, 4, shm, SharedCores),
+            BroadcastAlgo::Shm
+        );
+        assert_eq!(
+            intel.all_gather(1 << 20, shm, SharedCores),
+            AllGatherAlgo::Shm
+        );
+        assert_eq!(
+            intel.all_to_all(Some(1 << 20), 2, tcp, CoreEach),
             AllToAllAlgo::Pairwise
         );
         assert_eq!(o.reduce(tcp), ReduceAlgo::BinomialTree);
         let forced = AlgoOverrides::parse("allreduce=ring").unwrap();
-        assert_eq!(forced.all_reduce(8, 4, shm, false), AllReduceAlgo::Ring);
-        let rows = table(&forced, &[2, 4], &[8, 1 << 20]);
+        assert_eq!(
+            forced.all_reduce(8, 4, shm, Unavailable),
+            AllReduceAlgo::Ring
+        );
+        let rows = table(&forced, &[2, 4], &[8, 1 << 20], 2);
         assert_eq!(rows.len(), 3 * 2 * 2 * 9);
         assert!(rows
             .iter()
             .all(|r| r.collective != "all_reduce" || r.algorithm == "ring"));
+        // The shared-memory column: single copy where the world has a core per rank.
+        let pick = |rows: &[Choice], coll: &str, world: usize| {
+            rows.iter()
+                .find(|r| {
+                    r.collective == coll
+                        && r.world == world
+                        && r.link == LinkKind::SharedMemory
+                        && r.bytes == 1 << 20
+                })
+                .map(|r| r.algorithm)
+        };
+        let rows = table(&intel, &[2, 4], &[1 << 20], 2);
+        assert_eq!(pick(&rows, "all_gather", 2), Some("shm_single_copy"));
+        assert_eq!(pick(&rows, "all_gather", 4), Some("shm"));
+        assert_eq!(pick(&rows, "all_to_all", 4), Some("shm_single_copy"));
     }
 
     fn on(latency_us: u64, bandwidth: u64) -> AlgoOverrides {
@@ -1100,48 +1203,51 @@ mod tests {
         // and the chain take over from smaller sizes.
         let slow = on(40, 125_000_000);
         assert_eq!(
-            reference.all_reduce(128 << 10, 4, tcp, false),
+            reference.all_reduce(128 << 10, 4, tcp, Unavailable),
             AllReduceAlgo::RecursiveDoubling
         );
         assert_eq!(
-            slow.all_reduce(128 << 10, 4, tcp, false),
+            slow.all_reduce(128 << 10, 4, tcp, Unavailable),
             AllReduceAlgo::Ring
         );
         assert_eq!(
-            reference.broadcast(256 << 10, 4, tcp, false),
+            reference.broadcast(256 << 10, 4, tcp, Unavailable),
             BroadcastAlgo::BinomialTree
         );
         assert_eq!(
-            slow.broadcast(256 << 10, 4, tcp, false),
+            slow.broadcast(256 << 10, 4, tcp, Unavailable),
             BroadcastAlgo::Chain
         );
         assert_eq!(
-            reference.all_gather(128 << 10, tcp, false),
+            reference.all_gather(128 << 10, tcp, Unavailable),
             AllGatherAlgo::Direct
         );
-        assert_eq!(slow.all_gather(128 << 10, tcp, false), AllGatherAlgo::Ring);
+        assert_eq!(
+            slow.all_gather(128 << 10, tcp, Unavailable),
+            AllGatherAlgo::Ring
+        );
         // A 10 Gbit/s link 1 ms away: latency dominates up to far larger sizes.
         let far = on(1000, 1_250_000_000);
         assert_eq!(
-            far.all_reduce(2 << 20, 4, tcp, false),
+            far.all_reduce(2 << 20, 4, tcp, Unavailable),
             AllReduceAlgo::RecursiveDoubling
         );
         assert_eq!(
-            far.broadcast(4 << 20, 4, tcp, false),
+            far.broadcast(4 << 20, 4, tcp, Unavailable),
             BroadcastAlgo::BinomialTree
         );
         assert_eq!(
-            slow.broadcast(4 << 20, 2, tcp, false),
+            slow.broadcast(4 << 20, 2, tcp, Unavailable),
             BroadcastAlgo::BinomialTree
         );
         // A 1 Gbit/s link 1 ms away: the chain from a bandwidth-delay product (125 KB) on.
         let distant = on(1000, 125_000_000);
         assert_eq!(
-            distant.broadcast(64 << 10, 8, tcp, false),
+            distant.broadcast(64 << 10, 8, tcp, Unavailable),
             BroadcastAlgo::BinomialTree
         );
         assert_eq!(
-            distant.broadcast(256 << 10, 8, tcp, false),
+            distant.broadcast(256 << 10, 8, tcp, Unavailable),
             BroadcastAlgo::Chain
         );
         // Leaders between hosts use the same model; shared memory does not read it.
@@ -1150,7 +1256,7 @@ mod tests {
             AllReduceAlgo::Ring
         );
         assert_eq!(
-            slow.all_reduce(8, 4, LinkKind::SharedMemory, false),
+            slow.all_reduce(8, 4, LinkKind::SharedMemory, Unavailable),
             AllReduceAlgo::ShmOneShot
         );
         // Forcing still wins over the model.
@@ -1159,7 +1265,7 @@ mod tests {
             ..AlgoOverrides::parse("allreduce=recursive_doubling").unwrap()
         };
         assert_eq!(
-            forced.all_reduce(64 << 20, 4, tcp, false),
+            forced.all_reduce(64 << 20, 4, tcp, Unavailable),
             AllReduceAlgo::RecursiveDoubling
         );
     }

@@ -414,6 +414,24 @@ mod tests {
     }
 
     #[test]
+    fn single_copy_says_whether_the_ranks_share_cores() {
+        use crate::algorithms::common::single_copy_available;
+        use crate::algorithms::select::SingleCopy;
+        let mut ranks = mesh_on_hosts(&[0, 0]);
+        let t = &mut ranks[0];
+        assert_eq!(single_copy_available(t), SingleCopy::CoreEach);
+        t.ws = t.ws.take().map(|ws| ws.with_cores(1));
+        assert!(t.shared().is_some_and(|ws| ws.oversubscribed()));
+        assert_eq!(single_copy_available(t), SingleCopy::SharedCores);
+        t.ws = t.ws.take().map(|ws| ws.with_pids(None));
+        assert_eq!(single_copy_available(t), SingleCopy::Unavailable);
+        assert_eq!(
+            single_copy_available(&mut mesh(2)[0]),
+            SingleCopy::Unavailable
+        );
+    }
+
+    #[test]
     fn single_copy_needs_ranks_that_may_read_each_other() {
         let mut ranks = mesh_on_hosts(&[0, 0]);
         for t in &mut ranks {

@@ -171,6 +171,8 @@ pub trait SharedMemory {
     /// Whether [`SharedMemory::read_from`] is available: the local ranks may read each
     /// other's memory.
     fn single_copy(&self) -> bool;
+    /// Whether the local ranks are more than the CPUs they may run on.
+    fn oversubscribed(&self) -> bool;
     /// Copies `dst.len()` bytes at address `addr` of local rank `local`'s process into `dst`
     /// (one copy, no slot). `ctx` names the collective in the error.
     fn read_from(&self, ctx: &OpCtx, local: usize, addr: usize, dst: &mut [u8]) -> Result<()>;
@@ -262,6 +264,10 @@ impl<T: WorkspaceHost> SharedMemory for T {
 
     fn single_copy(&self) -> bool {
         self.workspace().is_some_and(Workspace::single_copy)
+    }
+
+    fn oversubscribed(&self) -> bool {
+        self.workspace().is_some_and(Workspace::oversubscribed)
     }
 
     fn read_from(&self, ctx: &OpCtx, local: usize, addr: usize, dst: &mut [u8]) -> Result<()> {

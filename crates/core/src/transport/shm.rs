@@ -291,12 +291,6 @@ pub struct ShmHost {
 }
 
 impl ShmHost {
-    /// The CPUs the ranks on this host may run on between them: fewer than the ranks
-    /// means a rank that busy-waits takes the core a peer needs.
-    pub fn cores(&self) -> usize {
-        self.cores
-    }
-
     /// The workspace of the ranks on this host (this one is group rank `me`).
     pub fn workspace(&self, me: usize) -> Workspace {
         let at = Segment::workspace_offset(self.size);
@@ -322,7 +316,7 @@ impl ShmHost {
         // SAFETY: every region is REGION_BYTES of a page-aligned, zero-filled shared mapping
         // that this host (owned by the same transport as the workspace) keeps mapped.
         let ws = unsafe { Workspace::new(local, ranks, regions) };
-        ws.with_pids(pids)
+        ws.with_pids(pids).with_cores(self.cores)
     }
 
     /// Wakes the local ranks (group ranks `ranks`) that sleep on their doorbells.
@@ -598,10 +592,9 @@ pub fn share_memory(
             .filter(|&p| host_of[p] == host_of[rank])
             .map(|p| cpus[p].as_str()),
     );
-    // Single-copy reads pay only when every local rank has a core of its own (4 ranks on 2
-    // cores ran 0.6-0.75x the slots' speed): then, group rank -> process id of the ranks on
-    // this host, every one of which can read every other's memory.
-    let pids = (single_copy && cores > local.len()).then(|| {
+    // Group rank -> process id of the ranks on this host, every one of which can read every
+    // other's memory (whether reading pays is select.rs's call).
+    let pids = single_copy.then(|| {
         (0..size)
             .map(|p| {
                 if p == rank {

@@ -105,6 +105,8 @@ pub struct Workspace {
     stamp: u64,
     /// Process id of each local rank when they may read each other's memory (`cma`).
     pids: Option<Vec<i32>>,
+    /// More local ranks than CPUs for them.
+    oversubscribed: bool,
 }
 
 // SAFETY: the regions are shared memory mapped for the workspace's whole life (the mesh drops
@@ -131,6 +133,7 @@ impl Workspace {
             kind: CollectiveKind::Barrier,
             stamp: 0,
             pids: None,
+            oversubscribed: false,
         }
     }
 
@@ -141,9 +144,21 @@ impl Workspace {
         self
     }
 
+    /// The workspace of ranks that have `cores` CPUs between them.
+    pub fn with_cores(mut self, cores: usize) -> Workspace {
+        self.oversubscribed = cores < self.regions.len();
+        self
+    }
+
     /// Whether [`Workspace::read_from`] is available.
     pub fn single_copy(&self) -> bool {
         self.pids.is_some()
+    }
+
+    /// Whether the local ranks are more than the CPUs they may run on (a rank that busy-waits
+    /// then takes the core a peer needs).
+    pub fn oversubscribed(&self) -> bool {
+        self.oversubscribed
     }
 
     /// Copies `dst.len()` bytes at address `addr` of local rank `p`'s process into `dst`.

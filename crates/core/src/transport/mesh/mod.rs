@@ -127,8 +127,6 @@ pub struct MeshTransport {
     ws: Option<Workspace>,
     /// The collective the workspace was last told about.
     ws_seq: u64,
-    /// More local ranks than CPUs: waiting ranks yield at once instead of spinning.
-    oversubscribed: bool,
     /// The links' one-way latency measured at connect (the same on every rank).
     latency: Option<Duration>,
     /// The slowest link between hosts in bytes per second, measured at connect (the same on
@@ -260,10 +258,6 @@ impl MeshTransport {
             failed: None,
             cancel,
             host_of,
-            oversubscribed: match (&host, &ws) {
-                (Some(h), Some(w)) => h.cores() < w.local_size(),
-                _ => false,
-            },
             latency,
             bandwidth: links.bandwidth,
             streams: links.streams,

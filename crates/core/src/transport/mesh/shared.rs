@@ -42,8 +42,9 @@ impl MeshTransport {
         waited: Peers<'_>,
         ready: &mut dyn FnMut(&mut Workspace) -> bool,
     ) -> Result<()> {
-        let busy_poll = !self.oversubscribed;
         let ws = self.ws_begin(ctx)?;
+        // More local ranks than CPUs: a waiting rank yields at once instead of spinning.
+        let busy_poll = !ws.oversubscribed();
         if ready(ws) {
             return Ok(());
         }
