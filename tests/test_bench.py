@@ -157,6 +157,29 @@ def test_expected_values_match_the_collective(op: str, world: int, size: int) ->
     assert lay.nbytes == (4 * world * max(1, size // 4 // world) if chunked else size)
 
 
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("op", OPS)
+def test_check_fails_a_side_that_leaves_another_side_s_result(op: str) -> None:
+    """The sides share buffers: a side whose call does nothing must fail its check even when
+    the buffers hold the previous side's right answer; a right call passes."""
+    import torch
+
+    from rustdist.bench.sides import check
+
+    lay = layout(op, 64, 2)
+    inp, out = torch.empty(lay.n_in), torch.empty(lay.n_out)
+    where, want = expected(lay, 1)
+    result = inp if where == "in" else out
+
+    def right() -> None:
+        result.copy_(torch.from_numpy(want))
+
+    right()  # what the previous side left
+    assert not check(lambda: None, lay, 1, inp, out)
+    assert check(right, lay, 1, inp, out)
+    assert check(right, lay, 1, inp.numpy(), out.numpy())  # the MPI side's numpy views
+
+
 def _fake_row(op: str, world: int, nbytes: int, us: float) -> dict[str, Any]:
     peers = {name: {"correct": True, "us": us * k, "busbw_gbps": nbytes / (us * k) / 1e3}
              for name, k in (("rustdist", 1), ("gloo", 20), ("mpi", 0.5))}

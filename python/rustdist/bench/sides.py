@@ -14,6 +14,10 @@ from .common import Layout, expected, input_values
 Call = Callable[[], Any]
 
 
+def _same(buf: Any) -> Any:
+    return buf
+
+
 @dataclass(frozen=True)
 class Side:
     """One implementation under test."""
@@ -23,6 +27,8 @@ class Side:
     alloc: Callable[[int], Any]
     #: (op, input, output) -> one blocking call of op.
     make_call: Callable[[str, Any, Any], Call]
+    #: This side's view of a buffer another side allocated (a torch tensor on the host).
+    view: Callable[[Any], Any] = _same
 
 
 def _either(dist: Any, name: str, old: str) -> Callable[..., Any]:
@@ -56,9 +62,9 @@ def torch_side(name: str, dist: Any, group: Optional[Any] = None, device: str = 
 
 def mpi_side(comm: Any, mpi: Any) -> Side:
     """mpi4py's buffer methods on `comm` (module `mpi`, for IN_PLACE) on numpy views of torch
-    tensors, so that every side works on memory from the same allocator (numpy's own
-    allocations of 4 MiB and more ask for transparent huge pages, which torch's do not, and
-    copies into them ran up to 1.15x faster); the all_reduce is in place, as torch's is."""
+    tensors (numpy's own allocations of 4 MiB and more ask for transparent huge pages, which
+    torch's do not, and copies into them ran up to 1.15x faster); the all_reduce is in place,
+    as torch's is."""
 
     def make_call(op: str, inp: Any, out: Any) -> Call:
         if op == "all_reduce":
@@ -76,7 +82,7 @@ def mpi_side(comm: Any, mpi: Any) -> Side:
 
         return torch.empty(n, dtype=torch.float32).numpy()
 
-    return Side("mpi", alloc, make_call)
+    return Side("mpi", alloc, make_call, view=lambda t: t.numpy())
 
 
 def load(buf: Any, values: np.ndarray) -> None:
@@ -96,8 +102,10 @@ def read(buf: Any) -> np.ndarray:
 
 def check(call: Call, lay: Layout, rank: int, inp: Any, out: Any) -> bool:
     """Runs `call` once on rank-dependent input; True when this rank's result is right. The
-    input is zeroed afterwards: repeated all_reduce sums of zeros stay finite and free of
-    denormals."""
+    output starts as NaN (the sides share buffers: another side's result must not pass for
+    this one's); the input is zeroed afterwards: repeated all_reduce sums of zeros stay
+    finite and free of denormals."""
+    load(out, np.full(lay.n_out, np.nan, dtype=np.float32))
     load(inp, input_values(lay, rank))
     call()
     where, want = expected(lay, rank)

@@ -149,19 +149,31 @@ pub(crate) fn read_block(
     at: &[u8],
     dst: &mut [u8],
 ) -> Result<()> {
+    let addr = block_of_len(ws, ctx, p, at, dst.len())?;
+    ws.read_from(ctx, p, addr, dst)
+}
+
+/// The address of local rank `p`'s block described by `at`; fails naming both ranks when
+/// the block is not `expected` bytes long.
+pub(crate) fn block_of_len(
+    ws: &dyn SharedMemory,
+    ctx: &OpCtx,
+    p: usize,
+    at: &[u8],
+    expected: usize,
+) -> Result<usize> {
     let (addr, len) = parse_block_at(at);
-    if len != dst.len() {
+    if len != expected {
         return Err(Error::backend(format!(
-            "{} mismatch between ranks: rank {} expected {} bytes from rank {} but it sends \
-             {len} (collective #{})",
+            "{} mismatch between ranks: rank {} expected {expected} bytes from rank {} but it \
+             sends {len} (collective #{})",
             ctx.sig.kind.name(),
             ws.group_rank(ws.local_rank()),
-            dst.len(),
             ws.group_rank(p),
             ctx.seq
         )));
     }
-    ws.read_from(ctx, p, addr, dst)
+    Ok(addr)
 }
 
 /// The last step of a single-copy algorithm: a rank returns (and its caller may touch its

@@ -28,20 +28,41 @@ pub fn probe(pid: i32, addr: usize) -> bool {
 
 /// Copies `dst.len()` bytes at address `addr` of process `pid` into `dst`.
 pub fn read(pid: i32, addr: usize, dst: &mut [u8]) -> std::io::Result<()> {
+    let base = dst.as_mut_ptr();
+    // SAFETY: `done..len` of `dst` is writable memory this call owns; the kernel checks the
+    // remote range against the other process's mappings (EFAULT if invalid).
+    transfer(dst.len(), |done, left| unsafe {
+        let local = iovec(base.add(done), left);
+        let remote = iovec((addr + done) as *mut u8, left);
+        libc::process_vm_readv(pid, &local, 1, &remote, 1, 0)
+    })
+}
+
+/// Copies `src` to address `addr` of process `pid`.
+pub fn write(pid: i32, addr: usize, src: &[u8]) -> std::io::Result<()> {
+    let base = src.as_ptr() as *mut u8;
+    // SAFETY: `done..len` of `src` is readable memory (the kernel only reads the local side
+    // of a write); the kernel checks the remote range against the other process's mappings.
+    transfer(src.len(), |done, left| unsafe {
+        let local = iovec(base.add(done), left);
+        let remote = iovec((addr + done) as *mut u8, left);
+        libc::process_vm_writev(pid, &local, 1, &remote, 1, 0)
+    })
+}
+
+fn iovec(base: *mut u8, len: usize) -> libc::iovec {
+    libc::iovec {
+        iov_base: base.cast(),
+        iov_len: len,
+    }
+}
+
+/// Runs `step(done, left)` (one process_vm_readv/writev of the `left` bytes after the first
+/// `done`) until `len` bytes have moved, retrying on EINTR.
+fn transfer(len: usize, mut step: impl FnMut(usize, usize) -> isize) -> std::io::Result<()> {
     let mut done = 0;
-    while done < dst.len() {
-        let local = libc::iovec {
-            iov_base: dst[done..].as_mut_ptr().cast(),
-            iov_len: dst.len() - done,
-        };
-        let remote = libc::iovec {
-            iov_base: (addr + done) as *mut libc::c_void,
-            iov_len: dst.len() - done,
-        };
-        // SAFETY: `local` describes writable memory this call owns (the rest of `dst`); the
-        // kernel checks `remote` against the other process's mappings (EFAULT if invalid).
-        let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
-        match n {
+    while done < len {
+        match step(done, len - done) {
             n if n > 0 => done += n as usize,
             0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
             _ => {
@@ -66,6 +87,15 @@ mod tests {
         let mut dst = vec![0u8; src.len()];
         read(pid(), src.as_ptr() as usize, &mut dst).unwrap();
         assert_eq!(dst, src);
+    }
+
+    #[test]
+    fn a_process_writes_its_own_buffers() {
+        let src: Vec<u8> = (0..100_000u32).map(|i| (i % 247) as u8).collect();
+        let mut dst = vec![0u8; src.len()];
+        write(pid(), dst.as_mut_ptr() as usize, &src).unwrap();
+        assert_eq!(dst, src);
+        assert!(write(pid(), 8, &src[..8]).is_err(), "an unmapped address");
     }
 
     #[test]

@@ -176,6 +176,8 @@ pub trait SharedMemory {
     /// Copies `dst.len()` bytes at address `addr` of local rank `local`'s process into `dst`
     /// (one copy, no slot). `ctx` names the collective in the error.
     fn read_from(&self, ctx: &OpCtx, local: usize, addr: usize, dst: &mut [u8]) -> Result<()>;
+    /// Copies `src` to address `addr` of local rank `local`'s process (one copy, no slot).
+    fn write_to(&self, ctx: &OpCtx, local: usize, addr: usize, src: &[u8]) -> Result<()>;
 }
 
 /// What a transport with a workspace provides; [`SharedMemory`] is built on it once for all.
@@ -272,19 +274,30 @@ impl<T: WorkspaceHost> SharedMemory for T {
 
     fn read_from(&self, ctx: &OpCtx, local: usize, addr: usize, dst: &mut [u8]) -> Result<()> {
         let ws = self.workspace().ok_or_else(no_workspace)?;
-        let (len, peer) = (dst.len(), ws.group_ranks()[local]);
-        ws.read_from(local, addr, dst).map_err(|e| {
-            let what = format!(
-                "{} (collective #{}): could not read {len} bytes from rank {peer}'s memory",
-                ctx.sig.kind.name(),
-                ctx.seq,
-            );
-            match e.raw_os_error() {
-                // The peer's process is gone: as any dead peer, a network error.
-                Some(libc::ESRCH) => Error::Network(format!("{what}: rank {peer} has exited")),
-                _ => Error::backend(format!("{what}: {e}")),
-            }
-        })
+        let len = dst.len();
+        ws.read_from(local, addr, dst)
+            .map_err(|e| cma_error(ctx, ws, local, format!("read {len} bytes from"), e))
+    }
+
+    fn write_to(&self, ctx: &OpCtx, local: usize, addr: usize, src: &[u8]) -> Result<()> {
+        let ws = self.workspace().ok_or_else(no_workspace)?;
+        ws.write_to(local, addr, src)
+            .map_err(|e| cma_error(ctx, ws, local, format!("write {} bytes to", src.len()), e))
+    }
+}
+
+/// The error of a single-copy transfer (`what`: "read N bytes from") with local rank `local`.
+fn cma_error(ctx: &OpCtx, ws: &Workspace, local: usize, what: String, e: std::io::Error) -> Error {
+    let peer = ws.group_ranks()[local];
+    let what = format!(
+        "{} (collective #{}): could not {what} rank {peer}'s memory",
+        ctx.sig.kind.name(),
+        ctx.seq,
+    );
+    match e.raw_os_error() {
+        // The peer's process is gone: as any dead peer, a network error.
+        Some(libc::ESRCH) => Error::Network(format!("{what}: rank {peer} has exited")),
+        _ => Error::backend(format!("{what}: {e}")),
     }
 }
 

@@ -163,8 +163,17 @@ impl Workspace {
 
     /// Copies `dst.len()` bytes at address `addr` of local rank `p`'s process into `dst`.
     pub fn read_from(&self, p: usize, addr: usize, dst: &mut [u8]) -> std::io::Result<()> {
+        cma::read(self.pid(p)?, addr, dst)
+    }
+
+    /// Copies `src` to address `addr` of local rank `p`'s process.
+    pub fn write_to(&self, p: usize, addr: usize, src: &[u8]) -> std::io::Result<()> {
+        cma::write(self.pid(p)?, addr, src)
+    }
+
+    fn pid(&self, p: usize) -> std::io::Result<i32> {
         match &self.pids {
-            Some(pids) => cma::read(pids[p], addr, dst),
+            Some(pids) => Ok(pids[p]),
             None => Err(std::io::ErrorKind::Unsupported.into()),
         }
     }

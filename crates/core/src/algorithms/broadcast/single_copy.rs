@@ -1,10 +1,12 @@
 //! Broadcast in one copy (ranks on one host that may read each other's memory, see
-//! `transport::cma`): the root publishes where its buffer lies, every other rank reads it
-//! straight into its own, and all wait until every rank has read before returning (the root's
-//! buffer must stay put until then). The slot path copies every byte twice, the readers'
-//! copy starting only once the root's piece is in the slot.
+//! `transport::cma`): every rank publishes where its buffer lies; with the buffer cut in one
+//! segment per rank, each other rank reads every segment but its own straight from the root's
+//! buffer while the root writes each rank its own segment, so the root's core copies as much
+//! as each reader's instead of idling. All wait until every rank is done before returning (the
+//! root's buffer must stay put until then). The slot path copies every byte twice, the
+//! readers' copy starting only once the root's piece is in the slot.
 
-use crate::algorithms::common::{all_read, block_at, read_block, single_copy_workspace};
+use crate::algorithms::common::{all_read, block_at, block_of_len, part, single_copy_workspace};
 use crate::error::Result;
 use crate::transport::{OpCtx, Peers, Transport};
 
@@ -14,16 +16,32 @@ pub fn broadcast(t: &mut dyn Transport, ctx: &OpCtx, buf: &mut [u8], root: usize
         return Ok(());
     }
     let ws = single_copy_workspace(t, ctx)?;
+    let (n, me) = (ws.local_size(), ws.local_rank());
     let at = block_at(buf);
     ws.prepare_flag(ctx)?;
     ws.publish(&at);
-    // Every rank waits for all: each sees every rank's step, so a rank that disagrees (another
-    // length) fails on all of them before any reads, where the root would otherwise wait in
-    // vain for a reader that left.
+    // Every rank waits for all and checks every length: each sees every rank's step, so
+    // ranks that disagree (another length) fail on all of them before anything is copied.
     ws.wait(ctx, Peers::All)?;
-    if ws.local_rank() != root {
-        let at = ws.inline(root, at.len());
-        read_block(ws, ctx, root, at, buf)?;
+    let mut addrs = Vec::with_capacity(n);
+    for p in 0..n {
+        let theirs = if p == me {
+            &at[..]
+        } else {
+            ws.inline(p, at.len())
+        };
+        addrs.push(block_of_len(ws, ctx, p, theirs, buf.len())?);
+    }
+    if me == root {
+        for p in (0..n).filter(|&p| p != root) {
+            let seg = part(buf.len(), n, p);
+            ws.write_to(ctx, p, addrs[p] + seg.start, &buf[seg])?;
+        }
+    } else {
+        for s in (0..n).filter(|&s| s != me) {
+            let seg = part(buf.len(), n, s);
+            ws.read_from(ctx, root, addrs[root] + seg.start, &mut buf[seg])?;
+        }
     }
     all_read(ws, ctx)
 }
