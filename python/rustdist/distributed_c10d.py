@@ -2097,13 +2097,13 @@ def _fast_paths() -> None:
     # The torch front door: the group methods torch's synchronous calls reach become Python
     # methods with the same parameters that pass them on to a fast builtin (a Python function,
     # so that pybind11 takes it for an override when torch's C++ calls the group).
-    aliases = {"allreduce": ("allreduce_coalesced",), "_allgather_base": ("all_gather_single",),
-               "_reduce_scatter_base": ("reduce_scatter_single",)}
+    # Aliases (allreduce_coalesced, all_gather_single, ...) are whatever names the class binds
+    # to the same function.
     for name in ("allreduce", "broadcast", "_allgather_base", "_reduce_scatter_base", "barrier"):
         python = GroupBase.__dict__[name]
         builtin = _core.fast_function(name, python, __name__, python.__doc__ or "", method=True)
         method = _debug.compiled_like(python, "    return fast({call})\n", {"fast": builtin})
-        for attr in (name, *aliases.get(name, ())):
+        for attr in [a for a, v in vars(GroupBase).items() if v is python]:
             setattr(GroupBase, attr, method)
 
 
