@@ -597,8 +597,23 @@ unsafe fn entry(
     kwnames: *mut ffi::PyObject,
     body: impl FnOnce(&Args<'_, '_>) -> PyResult<Py<PyAny>>,
 ) -> *mut ffi::PyObject {
-    // SAFETY: CPython calls a builtin with this thread attached to the interpreter.
-    let py = unsafe { Python::assume_attached() };
+    // The thread is attached (CPython calls builtins so), but pyo3 counts it as attached only
+    // inside `attach`: outside, every dropped `Py` goes through its deferred-decref pool.
+    // SAFETY: the caller's guarantees, passed on.
+    Python::attach(|py| unsafe { entered(py, args, nargs, kwnames, body) })
+}
+
+/// [`entry`] with the thread counted as attached.
+///
+/// # Safety
+/// As for [`entry`].
+unsafe fn entered(
+    py: Python<'_>,
+    args: *const *mut ffi::PyObject,
+    nargs: ffi::Py_ssize_t,
+    kwnames: *mut ffi::PyObject,
+    body: impl FnOnce(&Args<'_, '_>) -> PyResult<Py<PyAny>>,
+) -> *mut ffi::PyObject {
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: kwnames is null or a tuple of str that CPython keeps alive for the call.
         let kwnames = unsafe { Borrowed::from_ptr_or_opt(py, kwnames) }

@@ -414,6 +414,30 @@ mod tests {
     }
 
     #[test]
+    fn flag_only_steps_stay_within_depth_and_wait_for_the_room_asked() {
+        use crate::transport::workspace::DEPTH;
+        let mut ranks = mesh_on_hosts(&[0, 0]);
+        let (first, second) = ranks.split_at_mut(1);
+        let a = first[0].ws.as_mut().expect("a workspace");
+        let b = second[0].ws.as_mut().expect("a workspace");
+        for _ in 0..DEPTH - 1 {
+            assert!(a.may_write(false));
+            a.publish(&[]);
+        }
+        // The next step's flag entry is the one rank 1 has yet to read.
+        assert!(!a.may_write(false));
+        b.publish(&[]);
+        assert!(a.may_write(false));
+        for _ in 1..DEPTH / 2 {
+            assert!(!a.may_write_flag(DEPTH / 2));
+            b.publish(&[]);
+        }
+        assert!(!a.may_write_flag(DEPTH / 2));
+        b.publish(&[]);
+        assert!(a.may_write_flag(DEPTH / 2));
+    }
+
+    #[test]
     fn single_copy_says_whether_the_ranks_share_cores() {
         use crate::algorithms::common::single_copy_available;
         use crate::algorithms::select::SingleCopy;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 use crate::tensor::RawBuf;
 use crate::types::{CollectiveKind, DType, ReduceOp};
-use workspace::{Arrival, Workspace};
+use workspace::{Arrival, Workspace, DEPTH};
 
 pub mod cma;
 pub mod frame;
@@ -223,7 +223,15 @@ impl<T: WorkspaceHost> SharedMemory for T {
     }
 
     fn prepare_flag(&mut self, ctx: &OpCtx) -> Result<()> {
-        self.await_workspace(ctx, Peers::All, &mut |ws| ws.may_write(false))
+        // A rank that has to wait for a flag entry waits until half of them are free, not
+        // one: with more ranks than cores it then runs a burst ahead of its readers instead
+        // of a step at a time, each of which would cost them a turn of their core.
+        let mut room = DEPTH;
+        self.await_workspace(ctx, Peers::All, &mut |ws| {
+            let ready = ws.may_write_flag(room);
+            room = DEPTH / 2;
+            ready
+        })
     }
 
     fn publish(&mut self, inline: &[u8]) {

@@ -44,11 +44,11 @@ impl MeshTransport {
     ) -> Result<()> {
         let ws = self.ws_begin(ctx)?;
         // More local ranks than CPUs: a waiting rank yields at once instead of spinning.
-        let busy_poll = !ws.oversubscribed();
+        let oversubscribed = ws.oversubscribed();
         if ready(ws) {
             return Ok(());
         }
-        if busy_poll {
+        if !oversubscribed {
             for _ in 0..WS_SPIN {
                 std::hint::spin_loop();
                 if ready(ws) {
@@ -56,7 +56,7 @@ impl MeshTransport {
                 }
             }
         }
-        let mut spin = Spin::new();
+        let mut spin = Spin::shared_memory(oversubscribed);
         loop {
             for p in 0..self.size {
                 if p != self.rank {
