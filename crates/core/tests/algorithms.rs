@@ -196,7 +196,7 @@ fn ring_shape(chunk_bytes: usize, piece_bytes: usize) -> allreduce::ring::RingSh
 fn all_reduce_algos() -> Vec<(&'static str, Layout, AllReduceFn)> {
     vec![
         ("ring", Layout::Apart, |t, c, b| {
-            let shape = AlgoOverrides::default().ring_shape(t.size());
+            let shape = AlgoOverrides::default().ring_shape();
             allreduce::ring::all_reduce(t, c, b, shape)
         }),
         ("ring/small-chunks", Layout::Apart, |t, c, b| {

@@ -119,7 +119,7 @@ pub fn all_reduce(
     let single_copy = common::single_copy_available(t);
     match algos.all_reduce(buf.len(), t.size(), t.link_kind(), single_copy) {
         AllReduceAlgo::Ring => {
-            let shape = algos.ring_shape(t.size());
+            let shape = algos.ring_shape();
             allreduce::ring::all_reduce(t, ctx, buf, shape)
         }
         AllReduceAlgo::RecursiveDoubling => allreduce::recursive_doubling::all_reduce(

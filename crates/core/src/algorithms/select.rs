@@ -210,14 +210,17 @@ fn parse_rate(text: &str) -> Option<u64> {
 /// Measured over TCP loopback (benches/allreduce.rs): RD wins at 4 KiB everywhere and at
 /// 256 KiB on 4 ranks; the ring wins at 256 KiB on 2 ranks and from 4 MiB on.
 const TCP_ALL_REDUCE_RD_MAX_BYTES: usize = 256 << 10;
-/// Bound on one message of the ring all_reduce on 2 ranks: each step is a swap of one chunk
-/// each way, and 1 MiB keeps a chunk in cache between its reduction and its sending (64 MiB
-/// over loopback: 31-38 ms against 40-53 ms with 2-4 MiB chunks and 38-58 ms with 512 KiB).
-const RING_CHUNK_BYTES_TWO_RANKS: usize = 1 << 20;
-/// The same bound on 3 ranks or more, where each of the 2(n-1) steps waits for the slowest
-/// of n ranks and fewer, larger steps cost less (64 MiB over loopback at world 4: 100-113 ms
-/// against 102-144 ms with 4 MiB chunks and 107-150 ms with 1 MiB).
-const RING_CHUNK_BYTES: usize = 16 << 20;
+/// On links where the hosts limit (loopback, and links at least half the reference's
+/// bandwidth), a step of the ring all_reduce moves at most this many bytes each way (scaled
+/// with the bandwidth-delay product): a step's buffers, sent, received, reduced and sent on,
+/// then stay in the core's cache. Over loopback on the
+/// Intel Xeon VM (2 cores, 2 MiB L2 each), ring all_reduce against gloo in the same runs: 64
+/// MiB at world 2 1.5x-1.6x with 1 MiB chunks, 2.6x with 128 KiB; world 3 0.95x with 16 MiB
+/// chunks, 1.7x; world 4 1.1x, 1.4x-1.6x; 2 MiB at world 2 takes 445 us against 850 us with
+/// 256 KiB-1 MiB chunks (the step in between, 192 KiB, already as slow).
+const RING_CHUNK_BYTES: usize = 128 << 10;
+/// Chunks of the ring all_reduce on slow links, where they travel in pieces (below).
+const RING_CHUNK_BYTES_SLOW_LINK: usize = 16 << 20;
 /// On links slower than half the reference's bandwidth, where the network limits and the
 /// hosts have time to spare, ring chunks travel in pieces of at least this many bytes (and at
 /// least one bandwidth-delay product, so that the pieces in flight cover the latency): a rank
@@ -229,12 +232,17 @@ const RING_PIECE_BYTES_SLOW_LINK: usize = 256 << 10;
 /// Over TCP, broadcast from this many bytes on (and from one bandwidth-delay product), with
 /// at least 3 ranks, uses the chain, on links slower than half the reference's bandwidth:
 /// there the network limits, and the chain sends each byte over the root's link once, where
-/// the binomial tree's root sends it once per child. On loopback and links as fast the hosts
-/// limit, every hop of the chain costs a copy, and the tree's fewer stages win (measured over
-/// loopback at world 4: 64 MiB in 63 ms against the chain's 152 ms). On 1 Gbit/s links 1 ms
-/// away the chain was ahead of the tree from 32 KiB at worlds 4 and 8 (256 KiB: 2.6 against
-/// 5.2 ms at world 4, 4.4 against 11.4 ms at world 8, calls back to back).
+/// the binomial tree's root sends it once per child. On 1 Gbit/s links 1 ms away the chain was
+/// ahead of the tree from 32 KiB at worlds 4 and 8 (256 KiB: 2.6 against 5.2 ms at world 4,
+/// 4.4 against 11.4 ms at world 8, calls back to back).
 const TCP_BROADCAST_CHAIN_MIN_BYTES: usize = 64 << 10;
+/// On loopback and links as fast, where the hosts limit, the chain from this many bytes on
+/// (at least 3 ranks): each rank forwards a segment while it is still in its cache, where a
+/// tree's inner rank sends the whole buffer on after receiving all of it. Against gloo in the
+/// same runs over loopback on the Intel Xeon VM (world 4): 4 MiB 1.55x against the tree's
+/// 1.43x, 16 MiB 1.41x against 1.22x, 64 MiB 1.40x against 1.12x; at world 3 the tree is
+/// still ahead at 4 MiB (1.25x against 1.18x), the chain at 8 MiB (1.31x against 1.23x).
+const TCP_BROADCAST_CHAIN_HOST_BOUND_MIN_BYTES: usize = 8 << 20;
 /// Over TCP, all_gather up to this many bytes in total uses the direct exchange.
 const TCP_ALL_GATHER_DIRECT_MAX_BYTES: usize = 256 << 10;
 /// The CPU of the host, on which the band of all_gathers that read the peers' inputs straight
@@ -641,25 +649,35 @@ impl AlgoOverrides {
         }
     }
 
-    /// How the ring all_reduce on `world` ranks cuts its buffer.
-    pub fn ring_shape(&self, world: usize) -> RingShape {
+    /// How the ring all_reduce cuts its buffer.
+    pub fn ring_shape(&self) -> RingShape {
         if self.slow_tcp() {
-            let piece =
-                (self.tcp.bdp() as usize).clamp(RING_PIECE_BYTES_SLOW_LINK, RING_CHUNK_BYTES);
+            let piece = (self.tcp.bdp() as usize)
+                .clamp(RING_PIECE_BYTES_SLOW_LINK, RING_CHUNK_BYTES_SLOW_LINK);
             return RingShape {
-                chunk_bytes: RING_CHUNK_BYTES,
+                chunk_bytes: RING_CHUNK_BYTES_SLOW_LINK,
                 piece_bytes: piece,
             };
         }
-        let chunk = if world <= 2 {
-            RING_CHUNK_BYTES_TWO_RANKS
-        } else {
-            RING_CHUNK_BYTES
-        };
+        let chunk = self.ring_chunk_bytes();
         RingShape {
             chunk_bytes: chunk,
             piece_bytes: chunk,
         }
+    }
+
+    /// The smallest TCP broadcast (3 ranks or more) that goes down the chain.
+    fn tcp_broadcast_chain_min_bytes(&self) -> usize {
+        if self.slow_tcp() {
+            TCP_BROADCAST_CHAIN_MIN_BYTES.max(self.tcp.bdp() as usize)
+        } else {
+            self.tcp.scale(TCP_BROADCAST_CHAIN_HOST_BOUND_MIN_BYTES)
+        }
+    }
+
+    /// The ring all_reduce's chunk on host-bound TCP links (see [`RING_CHUNK_BYTES`]).
+    fn ring_chunk_bytes(&self) -> usize {
+        self.tcp.scale(RING_CHUNK_BYTES).max(RING_CHUNK_BYTES)
     }
 
     /// Whether the TCP links are slower than half the reference's bandwidth: there the
@@ -686,11 +704,7 @@ impl AlgoOverrides {
             }
             LinkKind::SharedMemory => BroadcastAlgo::Shm,
             LinkKind::Hierarchical => BroadcastAlgo::Hierarchical,
-            LinkKind::Tcp
-                if world >= 3
-                    && self.slow_tcp()
-                    && bytes >= TCP_BROADCAST_CHAIN_MIN_BYTES.max(self.tcp.bdp() as usize) =>
-            {
+            LinkKind::Tcp if world >= 3 && bytes >= self.tcp_broadcast_chain_min_bytes() => {
                 BroadcastAlgo::Chain
             }
             LinkKind::Tcp => BroadcastAlgo::BinomialTree,
@@ -1008,7 +1022,7 @@ mod tests {
         );
         assert_eq!(
             o.broadcast(64 << 20, 4, tcp, Unavailable),
-            BroadcastAlgo::BinomialTree
+            BroadcastAlgo::Chain
         );
         assert_eq!(
             o.broadcast(64 << 20, 2, tcp, Unavailable),
@@ -1182,20 +1196,39 @@ mod tests {
             piece_bytes: bytes,
         };
         let reference = AlgoOverrides::default();
-        assert_eq!(reference.ring_shape(2), whole(1 << 20));
-        assert_eq!(reference.ring_shape(8), whole(16 << 20));
+        assert_eq!(reference.ring_shape(), whole(128 << 10));
         let pieces = |bytes| RingShape {
             chunk_bytes: 16 << 20,
             piece_bytes: bytes,
         };
         let slow = on(40, 125_000_000);
-        assert_eq!(slow.ring_shape(2), pieces(256 << 10));
-        assert_eq!(slow.ring_shape(8), pieces(256 << 10));
+        assert_eq!(slow.ring_shape(), pieces(256 << 10));
         // 3 ms away: a piece holds a bandwidth-delay product.
-        assert_eq!(on(3000, 125_000_000).ring_shape(4), pieces(375_000));
-        assert_eq!(on(4000, 125_000_000).ring_shape(4), pieces(500_000));
-        // 10 Gbit/s: the hosts limit, as on loopback.
-        assert_eq!(on(40, 1_250_000_000).ring_shape(8), whole(16 << 20));
+        assert_eq!(on(3000, 125_000_000).ring_shape(), pieces(375_000));
+        assert_eq!(on(4000, 125_000_000).ring_shape(), pieces(500_000));
+        // 10 Gbit/s: the hosts limit, as on loopback; 1 ms away a step grows with the
+        // bandwidth-delay product (15.6 times the reference's), and at a shorter latency it
+        // stays as on the reference.
+        assert_eq!(on(40, 1_250_000_000).ring_shape(), whole(128 << 10));
+        assert_eq!(on(1000, 1_250_000_000).ring_shape(), whole(2_048_000));
+        assert_eq!(on(5, 2_000_000_000).ring_shape(), whole(128 << 10));
+    }
+
+    #[test]
+    fn large_tcp_broadcasts_go_down_the_chain_where_the_hosts_limit() {
+        let (reference, tcp) = (AlgoOverrides::default(), LinkKind::Tcp);
+        let on_tcp = |o: &AlgoOverrides, bytes, world| o.broadcast(bytes, world, tcp, Unavailable);
+        assert_eq!(
+            on_tcp(&reference, (8 << 20) - 1, 4),
+            BroadcastAlgo::BinomialTree
+        );
+        assert_eq!(on_tcp(&reference, 8 << 20, 3), BroadcastAlgo::Chain);
+        assert_eq!(on_tcp(&reference, 64 << 20, 4), BroadcastAlgo::Chain);
+        assert_eq!(on_tcp(&reference, 64 << 20, 2), BroadcastAlgo::BinomialTree);
+        // 10 Gbit/s 1 ms away: from 16 times as many bytes.
+        let far = on(1000, 1_250_000_000);
+        assert_eq!(on_tcp(&far, 64 << 20, 4), BroadcastAlgo::BinomialTree);
+        assert_eq!(on_tcp(&far, 128 << 20, 4), BroadcastAlgo::Chain);
     }
 
     #[test]

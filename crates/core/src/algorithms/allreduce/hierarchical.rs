@@ -30,7 +30,7 @@ pub fn all_reduce(
                     buf,
                     super::recursive_doubling::DEFAULT_MAX_SEGMENT_BYTES,
                 )?,
-                _ => super::ring::all_reduce(view, ctx, buf, algos.ring_shape(leaders.len()))?,
+                _ => super::ring::all_reduce(view, ctx, buf, algos.ring_shape())?,
             }
         }
     }

@@ -279,14 +279,18 @@ impl Connection {
         Ok(Connection { sock, data })
     }
 
-    /// What poll(2) waits on for this link (none for a memory link): readable, and writable
-    /// when `writing`.
-    pub(super) fn pollfds(&self, writing: bool) -> Vec<libc::pollfd> {
-        match self.data.poll_fds() {
-            None => Vec::new(),
-            Some((r, _)) if !writing => vec![pollfd(r, libc::POLLIN)],
-            Some((r, w)) if r == w => vec![pollfd(r, libc::POLLIN | libc::POLLOUT)],
-            Some((r, w)) => vec![pollfd(r, libc::POLLIN), pollfd(w, libc::POLLOUT)],
+    /// What poll(2) waits on for this link (none for a memory link): readable when `reading`,
+    /// writable when `writing` (errors and hang-ups are reported either way).
+    pub(super) fn pollfds(&self, reading: bool, writing: bool) -> Vec<libc::pollfd> {
+        let Some((r, w)) = self.data.poll_fds() else {
+            return Vec::new();
+        };
+        let read = if reading { libc::POLLIN } else { 0 };
+        let write = if writing { libc::POLLOUT } else { 0 };
+        if r == w {
+            vec![pollfd(r, read | write)]
+        } else {
+            vec![pollfd(r, read), pollfd(w, write)]
         }
     }
 

@@ -83,6 +83,11 @@ impl Peer {
         })
     }
 
+    /// Whether a collective frame from this peer waits in its link (see `rx::holds`).
+    fn holds_frame(&self) -> bool {
+        matches!(self.rx, Rx::Held(_))
+    }
+
     /// A buffer for the payload of a frame read into the stash: a spare one when there is
     /// one. Its length is stale; the stash grows it as bytes arrive and trims it at the end.
     fn stash_buffer(&mut self) -> Vec<u8> {

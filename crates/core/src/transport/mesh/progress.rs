@@ -85,18 +85,30 @@ impl MeshTransport {
             host.sleep(nap, || {
                 peers.iter().flatten().any(|peer| {
                     peer.link.in_memory()
-                        && (peer.link.has_data() || (!peer.txq.is_empty() && peer.link.has_space()))
+                        && ((peer.link.has_data() && !peer.holds_frame())
+                            || (!peer.txq.is_empty() && peer.link.has_space()))
                 })
             });
             return self.check_alive();
         }
         let mut fds: Vec<libc::pollfd> = Vec::with_capacity(self.size);
-        for peer in self.peers.iter().flatten() {
-            if !peer.closed {
-                fds.extend(peer.link.pollfds(!peer.txq.is_empty()));
-            }
+        let mut owners = Vec::with_capacity(self.size);
+        for (p, peer) in self.peers.iter().enumerate() {
+            let Some(peer) = peer.as_ref().filter(|peer| !peer.closed) else {
+                continue;
+            };
+            let polled = peer.link.pollfds(!peer.holds_frame(), !peer.txq.is_empty());
+            owners.extend(std::iter::repeat_n(p, polled.len()));
+            fds.extend(polled);
         }
         poll_fds(&mut fds, left);
+        // A broken link would wake every poll while its frame is held: the frame goes to the
+        // stash instead, so the next read meets the error.
+        for (fd, p) in fds.iter().zip(owners) {
+            if fd.revents & (libc::POLLERR | libc::POLLHUP) != 0 {
+                self.release_held(p)?;
+            }
+        }
         Ok(())
     }
 

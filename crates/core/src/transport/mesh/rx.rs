@@ -1,7 +1,10 @@
 //! Reading frames from peers and matching them: a collective frame streams straight into the
 //! receive of the current step that expects it (checked against what this rank expects), a
 //! tagged frame into a posted receive, and anything early into a stash, read in bounded chunks
-//! so that a claimed length is never allocated before its bytes arrive.
+//! so that a claimed length is never allocated before its bytes arrive. A collective frame
+//! that arrives while a step expects nothing from its peer is held: its payload stays in the
+//! link until a step asks for it and then streams straight into that receive, instead of
+//! being copied through the stash.
 
 use std::io;
 
@@ -31,6 +34,9 @@ pub(super) enum Rx {
     Posted { idx: usize },
     /// Streaming into the posted point-to-point receive with this id.
     Tagged { id: u64 },
+    /// A collective frame's header, read while no step expected its peer; the payload waits
+    /// in the link (see [`holds`]).
+    Held(Header),
     /// Collecting a frame nobody asked for yet.
     Stash { frame: Frame, got: usize },
     /// Dropping the rest of a frame whose receive failed (it was matched, so it is consumed).
@@ -59,6 +65,14 @@ pub(super) fn next_step_recv(recvs: &[StepRecv<'_>], p: usize) -> Option<usize> 
     recvs.iter().position(|r| r.peer == p && !r.done)
 }
 
+/// Whether a collective frame from `p` is left in its link rather than stashed: during a
+/// collective step that expects nothing from `p`. Nothing that step needs from `p` can be
+/// behind it (a peer sends its frames in order), and outside collectives (the point-to-point
+/// pump, ctx None) it is stashed, so tagged frames behind it still arrive.
+fn holds(ctx: Option<&OpCtx>, recvs: &[StepRecv<'_>], p: usize) -> bool {
+    ctx.is_some() && next_step_recv(recvs, p).is_none()
+}
+
 impl MeshTransport {
     /// Reads whatever peer `p` has sent, routing frames to receives or stashes.
     pub(super) fn read_peer(
@@ -75,6 +89,15 @@ impl MeshTransport {
             };
             if peer.closed {
                 return Ok(moved);
+            }
+            if let Rx::Held(hdr) = peer.rx {
+                if holds(ctx, recvs, p) {
+                    return Ok(moved);
+                }
+                peer.rx = RX_IDLE;
+                self.on_header(p, hdr, ctx, recvs)?;
+                moved = true;
+                continue;
             }
             let res = match &mut peer.rx {
                 Rx::Header { buf, got } => peer.link.read(&mut buf[*got..]),
@@ -102,6 +125,8 @@ impl MeshTransport {
                     }
                     peer.link.read(&mut frame.payload[*got..*got + want])
                 }
+                // Resolved above; a held frame's payload is not read here.
+                Rx::Held(_) => return Ok(moved),
                 Rx::Discard { left } => {
                     let want = (*left).min(STASH_CHUNK);
                     if peer.scratch.len() < want {
@@ -132,16 +157,19 @@ impl MeshTransport {
             };
             moved = true;
             self.advance(p, n, ctx, recvs)?;
-            // Once this step expects nothing more from `p`, its next frame waits in the socket
-            // while the caller checks whether the step is over: a frame of a later collective
-            // is then read straight into its receive, not copied through the stash.
-            let at_boundary = self.peers[p]
-                .as_ref()
-                .is_some_and(|peer| matches!(peer.rx, Rx::Header { got: 0, .. }));
-            if ctx.is_some() && at_boundary && next_step_recv(recvs, p).is_none() {
-                return Ok(moved);
-            }
         }
+    }
+
+    /// Stashes the frame held in `p`'s link, if any (as outside collectives).
+    pub(super) fn release_held(&mut self, p: usize) -> Result<()> {
+        let Some(peer) = self.peers[p].as_mut() else {
+            return Ok(());
+        };
+        if let Rx::Held(hdr) = peer.rx {
+            peer.rx = RX_IDLE;
+            self.on_header(p, hdr, None, &mut [])?;
+        }
+        Ok(())
     }
 
     /// Accounts for `n` bytes just read from peer `p`.
@@ -211,6 +239,7 @@ impl MeshTransport {
                 }
                 Ok(())
             }
+            Rx::Held(_) => Ok(()),
             Rx::Discard { left } => {
                 *left -= n;
                 if *left == 0 {
@@ -266,6 +295,10 @@ impl MeshTransport {
                         peer.scratch.resize(r.buf.len(), 0);
                     }
                     peer.rx = Rx::Posted { idx };
+                    return Ok(());
+                }
+                if hdr.len > 0 && holds(ctx, recvs, p) {
+                    self.peer(p)?.rx = Rx::Held(hdr);
                     return Ok(());
                 }
             }

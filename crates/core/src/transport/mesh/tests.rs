@@ -104,3 +104,82 @@ fn stashed_frames_reuse_buffers_and_arrive_intact() {
         }
     }
 }
+
+#[test]
+fn frames_sent_ahead_wait_in_the_link_and_stream_into_their_receive() {
+    use crate::transport::{Op, OpCtx, Signature};
+    use crate::types::{CollectiveKind, DType, ReduceOp};
+    let [mut first, mut second] = connect_pair("held");
+    let sig = Signature {
+        kind: CollectiveKind::AllToAll,
+        dtype: DType::U8,
+        op: ReduceOp::Sum,
+        count: 1,
+    };
+    let ctx = OpCtx::new(1, sig, ReduceOp::Sum, TIMEOUT);
+    let fill = |n: usize, salt: usize| (0..n).map(|b| (b * 31 + salt) as u8).collect::<Vec<u8>>();
+    let (early, ahead) = (fill(300_000, 1), fill(200_000, 2));
+    // More than loopback's socket buffers hold (at most 32 MiB received and 4 MiB sent by
+    // default): `second` waits for `first` to read it, so `first`'s next frame arrives while
+    // `second`'s step expects nothing from it.
+    let large = fill(64 << 20, 3);
+    let (got_large, (got_early, got_ahead)) = std::thread::scope(|s| {
+        let one = s.spawn(|| -> crate::Result<Vec<u8>> {
+            first.exchange(
+                &ctx,
+                &mut [Op::Send {
+                    peer: 1,
+                    data: &early,
+                }],
+            )?;
+            let mut buf = vec![0u8; large.len()];
+            first.exchange(
+                &ctx,
+                &mut [
+                    Op::Send {
+                        peer: 1,
+                        data: &ahead,
+                    },
+                    Op::Recv {
+                        peer: 1,
+                        buf: &mut buf,
+                    },
+                ],
+            )?;
+            Ok(buf)
+        });
+        let two = s.spawn(|| -> crate::Result<(Vec<u8>, Vec<u8>)> {
+            let mut got_early = vec![0u8; early.len()];
+            second.exchange(
+                &ctx,
+                &mut [
+                    Op::Recv {
+                        peer: 0,
+                        buf: &mut got_early,
+                    },
+                    Op::Send {
+                        peer: 0,
+                        data: &large,
+                    },
+                ],
+            )?;
+            let mut got_ahead = vec![0u8; ahead.len()];
+            second.exchange(
+                &ctx,
+                &mut [Op::Recv {
+                    peer: 0,
+                    buf: &mut got_ahead,
+                }],
+            )?;
+            Ok((got_early, got_ahead))
+        });
+        let one = one.join().expect("rank 0 panicked").expect("rank 0");
+        (one, two.join().expect("rank 1 panicked").expect("rank 1"))
+    });
+    assert!(got_large == large && got_early == early && got_ahead == ahead);
+    // Nothing went through a stash (a consumed stash leaves its buffer for reuse).
+    for t in [&first, &second] {
+        let peer = t.peers[1 - t.rank].as_ref().expect("peer");
+        assert!(peer.collective.is_empty() && peer.spare.is_empty());
+    }
+}
