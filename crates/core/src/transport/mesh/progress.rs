@@ -106,7 +106,7 @@ impl MeshTransport {
         // stash instead, so the next read meets the error.
         for (fd, p) in fds.iter().zip(owners) {
             if fd.revents & (libc::POLLERR | libc::POLLHUP) != 0 {
-                self.release_held(p)?;
+                self.release_held(p, None, &mut [])?;
             }
         }
         Ok(())

@@ -90,12 +90,11 @@ impl MeshTransport {
             if peer.closed {
                 return Ok(moved);
             }
-            if let Rx::Held(hdr) = peer.rx {
+            if peer.holds_frame() {
                 if holds(ctx, recvs, p) {
                     return Ok(moved);
                 }
-                peer.rx = RX_IDLE;
-                self.on_header(p, hdr, ctx, recvs)?;
+                self.release_held(p, ctx, recvs)?;
                 moved = true;
                 continue;
             }
@@ -160,14 +159,20 @@ impl MeshTransport {
         }
     }
 
-    /// Stashes the frame held in `p`'s link, if any (as outside collectives).
-    pub(super) fn release_held(&mut self, p: usize) -> Result<()> {
+    /// Routes the frame held in `p`'s link, if any, as if its header had just arrived: into
+    /// the receive of `recvs` expecting it, else into the stash (always so without `ctx`).
+    pub(super) fn release_held(
+        &mut self,
+        p: usize,
+        ctx: Option<&OpCtx>,
+        recvs: &mut [StepRecv<'_>],
+    ) -> Result<()> {
         let Some(peer) = self.peers[p].as_mut() else {
             return Ok(());
         };
         if let Rx::Held(hdr) = peer.rx {
             peer.rx = RX_IDLE;
-            self.on_header(p, hdr, None, &mut [])?;
+            self.on_header(p, hdr, ctx, recvs)?;
         }
         Ok(())
     }
