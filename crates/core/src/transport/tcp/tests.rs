@@ -500,6 +500,26 @@ fn links_on_one_host_are_not_timed() {
 }
 
 #[test]
+fn connections_on_one_host_get_a_small_send_buffer_and_others_the_kernels() {
+    let send_buffer = |s: &TcpStream| socket2::SockRef::from(s).send_buffer_size().unwrap();
+    let kernels = {
+        let listener = TcpListener::bind(("127.0.0.2", 0)).unwrap();
+        let plain = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        send_buffer(&plain)
+    };
+    let (a, b) = socket_pair(false);
+    // Linux doubles what is asked, for its bookkeeping.
+    for s in [&a, &b] {
+        assert_eq!(send_buffer(s), 2 * HOST_LOCAL_SEND_BUFFER_BYTES);
+    }
+    assert_ne!(kernels, 2 * HOST_LOCAL_SEND_BUFFER_BYTES);
+    let (c, d) = socket_pair(true);
+    for s in [&c, &d] {
+        assert_eq!(send_buffer(s), kernels);
+    }
+}
+
+#[test]
 fn the_stream_window_is_half_the_smaller_tcp_buffer() {
     let max = |name: &str| -> u64 {
         let t = std::fs::read_to_string(format!("/proc/sys/net/ipv4/{name}")).unwrap();
