@@ -730,14 +730,10 @@ fn accept_peers(
 }
 
 /// Send buffer of a connection between two ranks on one host (loopback). The kernel's own
-/// reaches `tcp_wmem`'s 4 MiB, so a sender copied megabytes into socket buffers ahead of its
-/// reader and both copies ran from memory; with this much the reader copies out what
-/// is still in cache, and the kernel does less TCP work per byte. Against the kernel's, on
-/// the 2-core Intel VM with `RUSTDIST_SHM=0`: 64 MiB all_to_all at world 4 in 36-41 ms
-/// instead of 55-57, broadcast at world 2 in 11 ms instead of 21-24; ring all_reduce the
-/// same. At 32 KiB the links stall (a 256 KiB all_to_all took 38 ms); 64 KiB is a little
-/// slower than this. Links between hosts keep the kernel's, which their bandwidth-delay
-/// product needs.
+/// reaches `tcp_wmem`'s 4 MiB, so a sender ran megabytes ahead of its reader and both copies
+/// ran from memory; with this much the reader copies out bytes still in cache (1.4x-2x on
+/// large messages, README's Intel TCP table). 32 KiB stalls the links. Links between hosts
+/// keep the kernel's, which their bandwidth-delay product needs.
 const HOST_LOCAL_SEND_BUFFER_BYTES: usize = 128 << 10;
 
 fn configure(sock: &TcpStream) -> Result<()> {
