@@ -21,7 +21,7 @@ pytest.importorskip("torch")
 import rustdist._core as core  # noqa: E402
 from rustdist.bench import cli, launch, plot, selection, soak  # noqa: E402
 from rustdist.bench.common import (  # noqa: E402
-    OPS, SIZES, Config, expected, fmt_size, input_values, layout, parse_size,
+    OPS, SIZES, Config, bound_core, expected, fmt_size, input_values, layout, parse_size,
 )
 from rustdist.bench.progress import Progress  # noqa: E402
 
@@ -111,11 +111,20 @@ def test_options() -> None:
     assert (soak_args.mode, soak_args.world, soak_args.soak_ops) == ("soak", [4], 20000)
     assert cli.parse_args(["--soak"]).soak_ops == 100_000
     assert cli._config(args, 2).rounds < cli._config(cli.parse_args([]), 2).rounds
+    assert cli._config(args, 4).bind and not cli._config(cli.parse_args(["--no-bind"]), 4).bind
     for bad in (["--world", "1"], ["--world", "0"], ["--soak", "--vs", "mpi"],
                 ["--soak", "--device", "cuda"], ["--vs", "mpi", "--device", "cuda"],
                 ["--max-bytes", "4"], ["--ops", "gather"], ["--max-bytes", "lots"]):
         with pytest.raises(SystemExit):
             cli.parse_args(bad)
+
+
+@pytest.mark.timeout(30)
+def test_ranks_are_bound_round_robin_only_where_they_outnumber_the_cores() -> None:
+    assert [bound_core(r, 4, [0, 1]) for r in range(4)] == [0, 1, 0, 1]
+    assert [bound_core(r, 3, [5, 2]) for r in range(3)] == [2, 5, 2]
+    assert [bound_core(r, 2, [0, 1]) for r in range(2)] == [None, None]
+    assert bound_core(0, 4, []) is None
 
 
 @pytest.mark.timeout(30)
@@ -282,7 +291,7 @@ def test_ranks_start_through_a_replaceable_launcher() -> None:
 
     cfg = Config(mode="soak", world=2, ops=(), sizes=(), rounds=1, round_seconds=0.0,
                  max_iters=1, mpi=False, master_addr="127.0.0.1",
-                 master_port=launch.free_port(), soak_ops=5)
+                 master_port=launch.free_port(), soak_ops=5, bind=False)
     events = launch.run_world(cfg, lambda ev: None, launcher=launcher)
     assert [(s[1], s[2]) for s in seen] == [("0", "2"), ("1", "2")]
     assert seen[0][0][-2:] == ["rustdist.bench.rank", seen[0][0][-1]]
@@ -309,5 +318,6 @@ def test_quick_run_writes_checked_rows(tmp_path: Path) -> None:
             assert r["peers"][peer]["us"] > 0 and len(r["peers"][peer]["rounds_us"]) == 5
         assert r["speedup"]["vs_gloo"] > 0
     assert [f["world"] for f in doc["front_door"]] == [2]
+    assert doc["binding"].startswith("rank r on core r mod cores")
     assert doc["summary"]["wrong"] == []
     assert "world 2 · all_reduce (float32)" in p.stdout

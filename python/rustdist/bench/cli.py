@@ -59,6 +59,10 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--delay", metavar="MS", type=float, default=0.0,
                    help="with --link: every host's sends also arrive MS milliseconds later "
                         "(netem, or a delay line in user space where the kernel has none)")
+    p.add_argument("--no-bind", action="store_true",
+                   help="leave the ranks where the scheduler puts them; by default, where a "
+                        "world has more ranks than the host has cores, rank r runs on core "
+                        "r mod cores (the same for every peer: they share the rank processes)")
     p.add_argument("--show-selection", action="store_true",
                    help="print which algorithm rustdist picks per collective, link kind, world "
                         "and size, and run nothing")
@@ -95,7 +99,7 @@ def _config(args: argparse.Namespace, world: int, master_addr: str = MASTER_ADDR
     return Config(mode=args.mode, world=world, ops=tuple(args.ops), sizes=args.sizes,
                   rounds=rounds, round_seconds=round_seconds, max_iters=MAX_ITERS,
                   mpi=args.vs == "mpi", master_addr=master_addr,
-                  master_port=port, soak_ops=args.soak_ops)
+                  master_port=port, soak_ops=args.soak_ops, bind=not args.no_bind)
 
 
 @contextlib.contextmanager
@@ -199,6 +203,8 @@ def compare(args: argparse.Namespace, mach: dict[str, Any]) -> int:
                      f"a test host per rank, links shaped to {_link_words(args)}" if args.link
                      else "processes"),
         "link": args.link, "delay_ms": args.delay,
+        "binding": ("none" if args.no_bind else
+                    "rank r on core r mod cores where a world has more ranks than cores"),
         "config": {"worlds": args.world, "ops": args.ops, "sizes": list(args.sizes),
                    "rounds": rounds, "round_seconds": round_s, "max_iters": MAX_ITERS},
         "results": rows, "front_door": fronts, "summary": summary, "plots": plots})

@@ -8,7 +8,7 @@ import json
 import os
 import platform
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
@@ -36,6 +36,7 @@ class Config:
     master_addr: str
     master_port: int
     soak_ops: int
+    bind: bool  # bind each rank to one core where the world has more ranks than cores
 
     def to_json(self) -> str:
         """The config as JSON text."""
@@ -46,6 +47,17 @@ class Config:
         """The config `to_json` wrote."""
         d = json.loads(text)
         return cls(**{**d, "ops": tuple(d["ops"]), "sizes": tuple(d["sizes"])})
+
+
+def bound_core(rank: int, world: int, cpus: Sequence[int]) -> Optional[int]:
+    """The core rank `rank` of a `world` runs on when bound: ``cpus[rank % len(cpus)]``
+    where there are more ranks than `cpus`, else None (the scheduler keeps one rank per core
+    by itself). With more ranks than cores the scheduler packs them unevenly for seconds at a
+    time (3 ranks on one core of 2 and 1 on the other makes a collective 1.5x slower), so
+    unbound rounds of two peers can see different packings; bound, every peer sees the same."""
+    if not cpus or world <= len(cpus):
+        return None
+    return sorted(cpus)[rank % len(cpus)]
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import torch.distributed as td
 
 import rustdist as rd
 
-from .common import Config, bandwidths, layout
+from .common import Config, bandwidths, bound_core, layout
 from .launch import CONFIG_FILE, Emitter
 from .sides import Call, Side, check, mpi_side, torch_side
 
@@ -197,6 +197,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     rank = int(os.environ["OMPI_COMM_WORLD_RANK" if cfg.mpi else "RANK"])
     warnings.filterwarnings("ignore", category=FutureWarning)  # torch's deprecations
     torch.set_num_threads(1)
+    core = bound_core(rank, cfg.world, list(os.sched_getaffinity(0))) if cfg.bind else None
+    if core is not None:  # before MPI and the groups start threads, which inherit it
+        os.sched_setaffinity(0, {core})
     if cfg.mpi:
         from mpi4py import MPI  # noqa: F401 - MPI_Init before the other worlds start threads
     rd.init_process_group("nccl" if cfg.mode == "cuda" else "rustdist",
