@@ -145,3 +145,11 @@ def test_cpu_tensors_are_refused_by_name() -> None:
 def test_cuda_work_is_a_rustdist_work() -> None:
     assert issubclass(rcuda.CudaWork, rustdist.Work)
     assert set(rcuda.__all__) <= set(dir(rcuda))
+
+
+@pytest.mark.timeout(30)
+def test_the_dlpack_reader_reads_nothing_but_cuda_tensors() -> None:
+    import numpy as np
+
+    for x in (torch.zeros(3), torch.zeros(3, dtype=torch.complex64), np.zeros(3), "tensor", None):
+        assert core.cuda_buffer(x) is None, x

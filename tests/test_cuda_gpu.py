@@ -69,6 +69,21 @@ def _valid(dtype: torch.dtype, op: int) -> bool:
     return True
 
 
+@pytest.mark.timeout(60)
+def test_the_dlpack_reader_reads_contiguous_cuda_tensors() -> None:
+    from rustdist._tensor import REAL_TORCH_CODES, torch_code
+
+    t = torch.arange(12, dtype=torch.float32, device="cuda").reshape(3, 4)
+    code = REAL_TORCH_CODES[torch.float32]
+    assert core.cuda_buffer(t) == (t.data_ptr(), 12, code, t.get_device())
+    row = t[1]  # an offset into the storage
+    assert core.cuda_buffer(row) == (row.data_ptr(), 4, code, t.get_device())
+    assert core.cuda_buffer(t.t()) is None  # not contiguous: the Python checks raise
+    assert core.cuda_buffer(t.to(torch.complex64)) is None  # complex: read by Python
+    z = t.to(torch.complex64)
+    assert rcuda._buffer(z, "z") == (z.data_ptr(), 12, torch_code(z, "z"), t.get_device())
+
+
 @pytest.mark.timeout(120)
 def test_world_1_has_an_nccl_communicator(pg: Any) -> None:
     assert rcuda._cuda_group(pg, 0).mode == "nccl"
@@ -349,7 +364,9 @@ def _ddp_rank(rank: int, port: int, backend: str, device: str, out: Any) -> None
             model(x).square().mean().backward()
             opt.step()
             opt.zero_grad()
-        out.put((rank, [p.detach().cpu() for p in model.parameters()]))
+        # numpy arrays travel by value: a tensor's storage would be shared through a file
+        # descriptor that the parent fetches from this process, gone once it has exited.
+        out.put((rank, [p.detach().cpu().numpy() for p in model.parameters()]))
         td.destroy_process_group()
     except BaseException:  # report everything to the parent
         out.put((rank, traceback.format_exc()))
@@ -381,4 +398,5 @@ def test_ddp_on_cuda_matches_gloo_on_cpu() -> None:
     cpu = _ddp_world2("gloo", "cpu")
     for rank in range(2):
         for a, b in zip(gpu[rank], cpu[rank]):
-            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(torch.from_numpy(a), torch.from_numpy(b), rtol=1e-5,
+                                       atol=1e-6)

@@ -266,6 +266,11 @@ def fast_function(
     _reduce_scatter_base or barrier) and the builtin is called with the group first: torch's
     usual synchronous call (`opts.asyncOp` False) runs directly and returns None."""
 
+def cuda_buffer(x: object) -> Optional[tuple[int, int, int, int]]:
+    """(data pointer, element count, dtype code, device index) of `x` when it is a plain
+    contiguous CUDA tensor of a real dtype, read through torch's DLPack exchange API (torch
+    2.10 and later); None otherwise, where the caller's own checks take over."""
+
 # ---------------------------------------------------------------------------------------------
 # CUDA (NCCL, and host-staged where NCCL cannot). CUDA tensors cross as (device pointer,
 # element count, dtype code); `stream` is the caller's current stream as a raw cudaStream_t

@@ -103,14 +103,17 @@ class CudaWork(Work):
 
 
 def _current_stream(device: int) -> int:
-    import torch
+    from ._torch_private import current_raw_stream
 
-    return int(torch.cuda.current_stream(device).cuda_stream)
+    return current_raw_stream(device)
 
 
 def _buffer(x: Any, name: str) -> tuple[int, int, int, int]:
     """(data pointer, element count, dtype code, device index) of a contiguous CUDA tensor;
     raises what torch raises otherwise, naming ``name``."""
+    read = _core.cuda_buffer(x)  # one DLPack call for the usual tensor
+    if read is not None:
+        return read
     is_cuda = getattr(x, "is_cuda", None)
     if is_cuda is None:
         raise TypeError(
@@ -122,14 +125,21 @@ def _buffer(x: Any, name: str) -> tuple[int, int, int, int]:
     code = torch_code(x, name)
     if not x.is_contiguous():
         raise RuntimeError(f"`{name}` has to be contiguous")
-    return x.data_ptr(), x.numel(), code, x.device.index
+    return x.data_ptr(), x.numel(), code, x.get_device()
 
 
 def _device_of(tensors: Sequence[Any]) -> int:
-    devices = {t.device.index for t in tensors}
-    if len(devices) != 1:
-        raise ValueError(f"tensors of one operation must be on one CUDA device, got {devices}")
-    return devices.pop()
+    return _one_device([t.get_device() for t in tensors])
+
+
+def _one_device(devices: Sequence[int]) -> int:
+    """The device of every tensor of an operation, given their device indices."""
+    first = devices[0]
+    for d in devices:
+        if d != first:
+            raise ValueError(f"tensors of one operation must be on one CUDA device, got "
+                             f"{set(devices)}")
+    return first
 
 
 def _member_args(pg: Any) -> tuple[Any, Any, int, int, float, str]:
@@ -191,10 +201,9 @@ def abort(pg: Any) -> None:
 
 
 def _finish(work: Any, outputs: list[Any], device: int, async_op: bool) -> Optional[CudaWork]:
-    handle = CudaWork(work, outputs, device)
     if async_op:
-        return handle
-    handle.wait()
+        return CudaWork(work, outputs, device)
+    work.wait(_current_stream(device))  # what CudaWork.wait does, without building one
     return None
 
 
@@ -244,8 +253,8 @@ def all_gather_into_tensor(group: Any, output_tensor: Any, input_tensor: Any,
     """Gathers every rank's ``input_tensor`` into ``output_tensor`` (world_size times its
     size, flat or stacked along a new first dimension)."""
     ptr, n, code, dev = _buffer(input_tensor, "input_tensor")
-    out, out_n, out_code, _ = _buffer(output_tensor, "output_tensor")
-    _device_of([input_tensor, output_tensor])
+    out, out_n, out_code, out_dev = _buffer(output_tensor, "output_tensor")
+    _one_device([dev, out_dev])
     if out_code != code or out_n != n * group._size:
         raise ValueError(
             f"all_gather_into_tensor: output_tensor must have world_size ({group._size}) times "
@@ -321,8 +330,8 @@ def reduce_scatter_tensor(group: Any, output: Any, input: Any, op_code: int,
     """Reduces ``input`` (world_size blocks of ``output``'s size) across the group and leaves
     block ``rank`` of the result in ``output``."""
     out, n, code, dev = _buffer(output, "output")
-    inp, in_n, in_code, _ = _buffer(input, "input")
-    _device_of([output, input])
+    inp, in_n, in_code, in_dev = _buffer(input, "input")
+    _one_device([dev, in_dev])
     if in_code != code or in_n != n * group._size:
         raise ValueError(
             f"reduce_scatter_tensor: input must have world_size ({group._size}) times the "
@@ -371,8 +380,8 @@ def all_to_all_single(group: Any, output: Any, input: Any,
     rank r, and concatenates what every rank sends into ``output``
     (``output_split_sizes``)."""
     inp, _, code, dev = _buffer(input, "input")
-    out, _, out_code, _ = _buffer(output, "output")
-    _device_of([input, output])
+    out, _, out_code, out_dev = _buffer(output, "output")
+    _one_device([dev, out_dev])
     if out_code != code:
         raise ValueError("all_to_all_single: output and input must have the same dtype")
     world, size = group._size, ITEMSIZE[code]

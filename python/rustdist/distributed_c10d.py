@@ -1022,11 +1022,17 @@ def _detail(pg: ProcessGroup, name: str, code: Optional[int], shapes: Optional[l
     _debug.check_collective(pg._pg, pg._ranks, name, code, shapes, op, root)
 
 
+_cuda_module: Any = None
+
+
 def _cuda() -> Any:
     """rustdist.cuda, where CUDA tensors go (imported on first use: it imports this module)."""
-    from . import cuda
+    global _cuda_module
+    if _cuda_module is None:
+        from . import cuda
 
-    return cuda
+        _cuda_module = cuda
+    return _cuda_module
 
 
 def _cuda_reduce_args(op: Any, tensor: Any, name: str) -> tuple[int, Optional[float]]:

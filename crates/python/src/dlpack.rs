@@ -54,10 +54,12 @@ struct ExchangeApi {
 }
 
 const KDL_CPU: i32 = 1;
+const KDL_CUDA: i32 = 2;
 const CAPSULE_NAME: &CStr = c"dlpack_exchange_api";
 
-/// A contiguous CPU tensor of a supported dtype, as the fast path reads it.
-pub struct CpuBuffer {
+/// A contiguous tensor of a supported dtype, as the fast path reads it.
+pub struct DenseBuffer {
+    /// The data's address (on the device, for a CUDA tensor).
     pub ptr: usize,
     pub numel: usize,
     /// rustdist's dtype code.
@@ -121,9 +123,21 @@ impl DlpackReader {
 
     /// `x`, a torch.Tensor, when it is a contiguous CPU tensor of a supported dtype; None
     /// otherwise (the caller takes the Python path).
-    pub fn cpu_buffer(&self, x: &Bound<'_, PyAny>) -> Option<CpuBuffer> {
+    pub fn cpu_buffer(&self, x: &Bound<'_, PyAny>) -> Option<DenseBuffer> {
+        self.dense(x, KDL_CPU).map(|(buf, _)| buf)
+    }
+
+    /// `x`, a torch.Tensor, with its device index when it is a contiguous CUDA tensor of a
+    /// supported dtype; None otherwise.
+    pub fn cuda_buffer(&self, x: &Bound<'_, PyAny>) -> Option<(DenseBuffer, i32)> {
+        self.dense(x, KDL_CUDA)
+    }
+
+    /// `x` and its device index when it is a contiguous tensor of a supported dtype on a
+    /// device of DLPack type `device_type`.
+    fn dense(&self, x: &Bound<'_, PyAny>, device_type: i32) -> Option<(DenseBuffer, i32)> {
         let t = self.dl_tensor(x)?;
-        if t.device_type != KDL_CPU {
+        if t.device_type != device_type {
             return None;
         }
         let code = self.dtypes.iter().find(|(d, _)| *d == t.dtype)?.1;
@@ -155,11 +169,12 @@ impl DlpackReader {
             Some(&rows) => Some(usize::try_from(rows).ok()?),
             None => None,
         };
-        Some(CpuBuffer {
+        let buf = DenseBuffer {
             ptr,
             numel: usize::try_from(numel).ok()?,
             code,
             rows: Some(rows),
-        })
+        };
+        Some((buf, t.device_id))
     }
 }

@@ -18,7 +18,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyDict, PyList, PyString, PyTuple, PyType};
 
-use crate::dlpack::{CpuBuffer, DlpackReader};
+use crate::dlpack::{DenseBuffer, DlpackReader};
 use crate::group::{ExchangeBlocks, GatherOutputs, PyProcessGroup};
 
 /// What the fast path needs from the Python side, set once by `fast_init`.
@@ -207,7 +207,7 @@ fn synchronous(arg: &Option<Bound<'_, PyAny>>) -> bool {
 }
 
 /// `x` when it is a plain contiguous CPU tensor of a supported dtype.
-fn cpu_tensor(st: &State, x: &Bound<'_, PyAny>) -> PyResult<Option<CpuBuffer>> {
+fn cpu_tensor(st: &State, x: &Bound<'_, PyAny>) -> PyResult<Option<DenseBuffer>> {
     let py = x.py();
     if !x.get_type().is(st.tensor.bind(py)) {
         return Ok(None);
@@ -229,12 +229,25 @@ fn cpu_tensor(st: &State, x: &Bound<'_, PyAny>) -> PyResult<Option<CpuBuffer>> {
     }
     let ptr = address(&x.call_method0(intern!(py, "data_ptr"))?)?;
     let numel = x.call_method0(intern!(py, "numel"))?.extract()?;
-    Ok(Some(CpuBuffer {
+    Ok(Some(DenseBuffer {
         ptr,
         numel,
         code,
         rows: None,
     }))
+}
+
+/// `x`'s (data pointer, element count, dtype code, device index) when it is a plain
+/// contiguous CUDA tensor of a real dtype, read in one DLPack call (torch 2.10 and later);
+/// None sends the caller to its Python checks, which also raise the errors.
+#[pyfunction]
+pub fn cuda_buffer(x: &Bound<'_, PyAny>) -> Option<(usize, usize, u8, i32)> {
+    let st = STATE.get(x.py())?;
+    if !x.get_type().is(st.tensor.bind(x.py())) {
+        return None;
+    }
+    let (buf, device) = st.dlpack.as_ref()?.cuda_buffer(x)?;
+    Some((buf.ptr, buf.numel, buf.code, device))
 }
 
 /// The int `x` as an address. `extract::<usize>` converts through `PyLong_AsUnsignedLongLong`,
@@ -255,7 +268,7 @@ fn address(x: &Bound<'_, PyAny>) -> PyResult<usize> {
 /// Whether tensor `x` (read as `buf`) has a dimension 0 that splits into `size` equal blocks
 /// (else torch's error comes from Python). Asks torch only when the read did not tell; then
 /// a 1-D tensor's rows are its elements, which saves building its shape.
-fn rows_divide(x: &Bound<'_, PyAny>, buf: &CpuBuffer, size: usize) -> PyResult<bool> {
+fn rows_divide(x: &Bound<'_, PyAny>, buf: &DenseBuffer, size: usize) -> PyResult<bool> {
     let py = x.py();
     let rows = match buf.rows {
         Some(rows) => rows,
@@ -351,12 +364,12 @@ fn gathered<'py>(
 
 /// A call that takes the fast path, with what the engine needs.
 enum Ready<'py> {
-    AllReduce(Bound<'py, PyProcessGroup>, CpuBuffer),
-    Broadcast(Bound<'py, PyProcessGroup>, CpuBuffer, usize),
-    AllGather(Bound<'py, PyProcessGroup>, CpuBuffer, usize),
-    ReduceScatter(Bound<'py, PyProcessGroup>, usize, CpuBuffer),
+    AllReduce(Bound<'py, PyProcessGroup>, DenseBuffer),
+    Broadcast(Bound<'py, PyProcessGroup>, DenseBuffer, usize),
+    AllGather(Bound<'py, PyProcessGroup>, DenseBuffer, usize),
+    ReduceScatter(Bound<'py, PyProcessGroup>, usize, DenseBuffer),
     /// (group, output, input): blocks of equal size.
-    AllToAll(Bound<'py, PyProcessGroup>, CpuBuffer, CpuBuffer),
+    AllToAll(Bound<'py, PyProcessGroup>, DenseBuffer, DenseBuffer),
     Barrier(Bound<'py, PyProcessGroup>),
 }
 

@@ -23,5 +23,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<work::PyWork>()?;
     m.add_function(wrap_pyfunction!(fast::fast_function, m)?)?;
     m.add_function(wrap_pyfunction!(fast::fast_init, m)?)?;
+    m.add_function(wrap_pyfunction!(fast::cuda_buffer, m)?)?;
     Ok(())
 }
