@@ -12,11 +12,12 @@ with ``--vs mpi`` one ``mpirun --allow-run-as-root --oversubscribe -np W`` job, 
 rank holds an MPI communicator (mpi4py's ``COMM_WORLD``, Open MPI's defaults: shared memory
 between ranks on one host). Every rank joins rustdist's world (the default group, on a free
 port of 127.0.0.1) and a gloo group of the same ranks (``torch.distributed.new_group(
-backend="gloo")``, torch's gloo as it is). Where a world has more ranks than the host has
-cores, rank r is bound to core r mod cores before anything else starts (``--no-bind`` leaves
-the ranks to the scheduler): unbound, the scheduler keeps 3 ranks on one core of 2 for seconds
-at a time, which makes a collective 1.5x slower, and rounds of different peers then see
-different packings. Every peer runs in the same bound processes.
+backend="gloo")``, torch's gloo as it is). With ``--vs mpi`` (or ``--bind``), where a world has
+more ranks than the host has cores, rank r is bound to core r mod cores before anything else
+starts, as Open MPI binds ranks that fit: unbound, the scheduler keeps 3 ranks on one core of 2
+for seconds at a time, which makes a collective 1.5x slower, and rounds of different peers then
+see different packings. Every peer runs in the same bound processes. Without it (the default
+against gloo) the ranks are where the scheduler puts them, as users' are.
 
 Method. Collectives: all_reduce, broadcast (root 0), all_gather (into one tensor),
 reduce_scatter (one tensor) and all_to_all (single tensor, equal splits), float32, 8 B to

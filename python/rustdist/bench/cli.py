@@ -59,10 +59,10 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--delay", metavar="MS", type=float, default=0.0,
                    help="with --link: every host's sends also arrive MS milliseconds later "
                         "(netem, or a delay line in user space where the kernel has none)")
-    p.add_argument("--no-bind", action="store_true",
-                   help="leave the ranks where the scheduler puts them; by default, where a "
-                        "world has more ranks than the host has cores, rank r runs on core "
-                        "r mod cores (the same for every peer: they share the rank processes)")
+    p.add_argument("--bind", action=argparse.BooleanOptionalAction,
+                   help="where a world has more ranks than the host has cores, run rank r on "
+                        "core r mod cores, the same for every peer (they share the rank "
+                        "processes); default: with --vs mpi only")
     p.add_argument("--show-selection", action="store_true",
                    help="print which algorithm rustdist picks per collective, link kind, world "
                         "and size, and run nothing")
@@ -75,6 +75,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
         p.error("--delay is a non-negative number of milliseconds, given with --link")
     if args.vs and args.device == "cuda":
         p.error("--vs mpi compares CPU collectives; not with --device cuda")
+    if args.bind is None:
+        args.bind = args.vs == "mpi"
     args.mode = "soak" if args.soak else "cuda" if args.device == "cuda" else "compare"
     args.world = args.world or DEFAULT_WORLDS[args.mode]
     if args.mode != "cuda" and not args.show_selection and min(args.world) < 2:
@@ -99,7 +101,7 @@ def _config(args: argparse.Namespace, world: int, master_addr: str = MASTER_ADDR
     return Config(mode=args.mode, world=world, ops=tuple(args.ops), sizes=args.sizes,
                   rounds=rounds, round_seconds=round_seconds, max_iters=MAX_ITERS,
                   mpi=args.vs == "mpi", master_addr=master_addr,
-                  master_port=port, soak_ops=args.soak_ops, bind=not args.no_bind)
+                  master_port=port, soak_ops=args.soak_ops, bind=args.bind)
 
 
 @contextlib.contextmanager
@@ -203,8 +205,8 @@ def compare(args: argparse.Namespace, mach: dict[str, Any]) -> int:
                      f"a test host per rank, links shaped to {_link_words(args)}" if args.link
                      else "processes"),
         "link": args.link, "delay_ms": args.delay,
-        "binding": ("none" if args.no_bind else
-                    "rank r on core r mod cores where a world has more ranks than cores"),
+        "binding": ("rank r on core r mod cores where a world has more ranks than cores"
+                    if args.bind else "none"),
         "config": {"worlds": args.world, "ops": args.ops, "sizes": list(args.sizes),
                    "rounds": rounds, "round_seconds": round_s, "max_iters": MAX_ITERS},
         "results": rows, "front_door": fronts, "summary": summary, "plots": plots})
