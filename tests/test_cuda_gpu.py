@@ -79,8 +79,8 @@ def test_the_dlpack_reader_reads_contiguous_cuda_tensors() -> None:
     row = t[1]  # an offset into the storage
     assert core.cuda_buffer(row) == (row.data_ptr(), 4, code, t.get_device())
     assert core.cuda_buffer(t.t()) is None  # not contiguous: the Python checks raise
-    assert core.cuda_buffer(t.to(torch.complex64)) is None  # complex: read by Python
     z = t.to(torch.complex64)
+    assert core.cuda_buffer(z) is None  # complex: read by Python
     assert rcuda._buffer(z, "z") == (z.data_ptr(), 12, torch_code(z, "z"), t.get_device())
 
 

@@ -50,8 +50,8 @@ class Config:
 
 
 def bound_core(rank: int, world: int, cpus: Sequence[int]) -> Optional[int]:
-    """The core rank `rank` of a `world` runs on when bound: ``cpus[rank % len(cpus)]``
-    where there are more ranks than `cpus`, else None (the scheduler keeps one rank per core
+    """The core rank `rank` of a `world` runs on when bound: the ``rank % len(cpus)``-th of
+    `cpus` in ascending order where there are more ranks than `cpus`, else None (the scheduler keeps one rank per core
     by itself). With more ranks than cores the scheduler packs them unevenly for seconds at a
     time (3 ranks on one core of 2 and 1 on the other makes a collective 1.5x slower), so
     unbound rounds of two peers can see different packings; bound, every peer sees the same."""
