@@ -400,3 +400,26 @@ def test_ddp_on_cuda_matches_gloo_on_cpu() -> None:
         for a, b in zip(gpu[rank], cpu[rank]):
             torch.testing.assert_close(torch.from_numpy(a), torch.from_numpy(b), rtol=1e-5,
                                        atol=1e-6)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("op", ["all_reduce_coalesced", "all_gather", "all_gather_coalesced",
+                                "all_to_all", "gather", "scatter", "reduce_scatter",
+                                "all_to_all_single", "batch_isend_irecv"])
+def test_tensors_sharing_memory_give_what_copies_give(op: str) -> None:
+    """The aliasing property test (tests/alias_cases.py) on CUDA tensors at world 1, through
+    the import-swap door; and a tensor listed twice in all_reduce_coalesced is reduced once
+    (PREMUL_SUM by 2: 2x, where reducing it twice gives 4x)."""
+    import alias_cases
+
+    c10d.init_process_group("rustdist", store=core.HashStore(), rank=0, world_size=1)
+    try:
+        for async_op in (False, True):
+            aliased = alias_cases.case_alias_property(rustdist, 0, 1, op, trials=12, seed=25,
+                                                      async_op=async_op, device="cuda")
+            assert aliased > 0
+        t = torch.ones(3, device="cuda")
+        rustdist.all_reduce_coalesced([t, t], op=rustdist.make_premul_sum(2.0))
+        assert torch.equal(t.cpu(), torch.full((3,), 2.0))
+    finally:
+        c10d.destroy_process_group()

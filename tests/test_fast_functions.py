@@ -53,7 +53,7 @@ def test_calls_the_fast_path_cannot_take_raise_python_s_errors() -> None:
         rustdist.all_reduce(t)
 
 
-FAST_METHODS = {"allreduce": ("allreduce_coalesced",), "broadcast": (),
+FAST_METHODS = {"allreduce": (), "broadcast": (),
                 "_allgather_base": ("all_gather_single",),
                 "_reduce_scatter_base": ("reduce_scatter_single",), "barrier": ()}
 

@@ -41,6 +41,7 @@ from .distributed_c10d import (
     ProcessGroup,
     ReduceOp,
     Work,
+    _set_pg_timeout,
     all_gather,
     all_gather_coalesced,
     all_gather_into_tensor,

@@ -122,6 +122,15 @@ class Work:
         """Calls `fn(None)` or `fn(error)` once the Work completes (at once if it has), on the
         engine's thread with the GIL held."""
 
+def join(
+    works: list[Work],
+    copies: list[tuple[int, int, int]] = ...,
+    keep: Optional[object] = None,
+) -> Work:
+    """One Work for ``works``, completed once all are (with the first error among them); on
+    success it first copies each ``(source pointer, destination pointer, bytes)`` of
+    ``copies`` in order. ``keep`` is held until then."""
+
 class ProcessGroup:
     """A group of ranks with its own TCP mesh and worker thread. Construction is collective:
     every rank of the group constructs it with the same `store` and `group_name`."""
@@ -142,7 +151,12 @@ class ProcessGroup:
     @property
     def group_name(self) -> str: ...
     @property
-    def timeout(self) -> float: ...
+    def timeout(self) -> float:
+        """The timeout (seconds) operations issued now get."""
+    def set_timeout(self, timeout: float) -> None:
+        """Sets the timeout (seconds) of the operations issued after this call, point-to-point
+        ones and monitored_barrier's grace included; those issued before keep theirs.
+        ValueError for a negative or NaN value."""
     @property
     def link(self) -> str:
         """How the ranks reach each other: "shm", "tcp" or "hierarchical"."""
@@ -340,6 +354,13 @@ class CudaGroup:
     def rank(self) -> int: ...
     @property
     def size(self) -> int: ...
+    @property
+    def timeout(self) -> float:
+        """The timeout (seconds) CUDA operations issued now get."""
+    def set_timeout(self, timeout: float) -> None:
+        """Sets the timeout (seconds) of the CUDA operations issued after this call (the
+        watchdog's bound), of the communicator's later calls and of the staging group; those
+        issued before keep theirs. ValueError for a negative or NaN value."""
     def all_reduce(
         self,
         ptr: int,

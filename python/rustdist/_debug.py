@@ -72,7 +72,7 @@ def set_debug_level_from_env() -> None:
         if value:
             if value.upper() not in DebugLevel.__members__:
                 raise ValueError(
-                    f"The value of {var} should be OFF, INFO, or DETAIL, but it is {value!r}"
+                    f"The value of {var} must be OFF, INFO, or DETAIL, but it is {value!r}"
                 )
             set_debug_level(value)
             return

@@ -53,6 +53,13 @@ def torch_code(x: Any, name: str) -> int:
     return code
 
 
+def not_contiguous(name: str) -> ValueError:
+    """The error for a non-contiguous ``name``: torch's type and text ("Tensors must be
+    contiguous", the check of its backends' single-tensor ops), then which argument."""
+    return ValueError(f"Tensors must be contiguous: `{name}` is not (.contiguous() makes a "
+                      "contiguous copy)")
+
+
 def buffer(x: Any, name: str, out: bool = False) -> Buf:
     """The buffer of ``x``, a contiguous CPU tensor or array of a supported dtype; ``out``
     when the op writes into it. Raises what torch raises otherwise, naming ``name``, and
@@ -68,17 +75,21 @@ def buffer(x: Any, name: str, out: bool = False) -> Buf:
                              "only; move it with .cpu()")
             raise RuntimeError(f"rustdist only supports CPU tensors, `{name}` is on {x.device}")
         if x.layout is not _STRIDED:
+            if x.layout is torch.sparse_coo:  # all_reduce takes it (see _sparse)
+                from ._sparse import unsupported
+
+                raise unsupported(name)
             raise RuntimeError(f"rustdist only supports dense tensors, `{name}` is {x.layout}")
         code = torch_code(x, name)
         if not x.is_contiguous():
-            raise RuntimeError(f"`{name}` has to be contiguous")
+            raise not_contiguous(name)
         return x.data_ptr(), x.numel(), code
     if isinstance(x, _ndarray):
         code = _NP_CODES.get(x.dtype)
         if code is None:
             raise RuntimeError(f"Invalid scalar type: rustdist does not support {x.dtype}")
         if not x.flags.c_contiguous:
-            raise RuntimeError(f"`{name}` has to be contiguous")
+            raise not_contiguous(name)
         if out and not x.flags.writeable:
             raise ValueError(f"`{name}` is a read-only array; the collective writes into it")
         return x.ctypes.data, x.size, code

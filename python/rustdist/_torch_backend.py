@@ -82,6 +82,127 @@ def _async(opts: Any) -> bool:
     return getattr(opts, "asyncOp", True)
 
 
+# The argument checks of torch's gloo backend (ProcessGroupGloo), which torch's tests assert
+# on the backend object: RuntimeError with gloo's text after the method's name. The methods
+# below make them before anything runs, so every rank that makes the same bad call raises.
+
+
+def _invalid(op: str, what: str) -> RuntimeError:
+    """The error of method ``op`` for an invalid argument, ``what`` in gloo's words."""
+    return RuntimeError(f"{op}: {what}")
+
+
+def _layout_error(op: str, i: int, expected: Any, got: Any) -> RuntimeError:
+    """gloo's error for tensor ``i`` of layout ``got`` among tensors of layout ``expected``; a
+    NotImplementedError (``_sparse.SparseInput``) when one is sparse, as torch's dispatcher
+    refuses sparse tensors for these ops before gloo sees them."""
+    error = _invalid(op, f"invalid tensor layout at index {i} (expected {expected}, got {got})")
+    if torch is not None and torch.sparse_coo in (expected, got):
+        from ._sparse import SparseInput
+
+        return SparseInput(str(error))
+    return error
+
+
+def _check_root(op: str, root: int, size: int, root_tensor: int, count: int) -> None:
+    """The root rank is a group rank, and the root tensor an index of the ``count`` tensors."""
+    if not 0 <= root < size:
+        raise _invalid(op, f"invalid root rank: {root}")
+    if not 0 <= root_tensor < count:
+        raise _invalid(op, f"invalid root tensor: {root_tensor}")
+
+
+def _check_alike(op: str, tensors: Any, first: Any, sizes: bool = True) -> None:
+    """Every tensor of ``tensors`` has the layout, dtype and device (and with ``sizes`` the
+    element count: rustdist takes other shapes of as many elements) of ``first``."""
+    for i, t in enumerate(tensors):
+        if t.layout != first.layout:
+            raise _layout_error(op, i, first.layout, t.layout)
+        if t.dtype != first.dtype or t.device != first.device:
+            raise _invalid(op, f"invalid tensor type at index {i} (expected {first.dtype} on "
+                               f"{first.device}, got {t.dtype} on {t.device})")
+        if sizes and t.numel() != first.numel():
+            raise _invalid(op, f"invalid tensor size at index {i} (expected "
+                               f"{tuple(first.shape)}, got {tuple(t.shape)})")
+
+
+def _check_allreduce(tensors: Any) -> None:
+    """``allreduce``: a non-empty list of tensors alike (one tensor is the usual call)."""
+    if len(tensors) != 1:
+        if not tensors:
+            raise _invalid("allreduce", "requires non-empty tensor list")
+        _check_alike("allreduce", tensors, tensors[0])
+
+
+def _check_allreduce_coalesced(tensors: Any) -> None:
+    """``allreduce_coalesced``: a non-empty list of dense tensors of one dtype and layout."""
+    op = "allreduce_coalesced"
+    if not tensors:
+        raise _invalid(op, "requires non-empty tensor list")
+    first = tensors[0]
+    for i, t in enumerate(tensors):  # gloo looks at the layouts first
+        if t.layout != first.layout:
+            raise _layout_error(op, i, first.layout, t.layout)
+    for i, t in enumerate(tensors):
+        if t.dtype != first.dtype:
+            raise _invalid(op, f"tensors must all have the same type (index {i} is {t.dtype}, "
+                               f"index 0 {first.dtype})")
+    if torch is not None and first.layout is torch.sparse_coo:
+        from ._sparse import unsupported
+
+        error = unsupported("tensors", "all_reduce_coalesced")
+        raise type(error)(f"{op}: unsupported layout: {error}")
+
+
+def _check_reduce(tensors: Any, opts: Any, size: int) -> None:
+    """``reduce``: a root in the group and one tensor."""
+    _check_root("reduce", opts.rootRank, size, getattr(opts, "rootTensor", 0), len(tensors))
+    if len(tensors) != 1:
+        raise _invalid("reduce", "requires a single-element tensor list")
+
+
+def _check_allgather(outputs: Any, inputs: Any, size: int) -> None:
+    """``allgather``: one output list of ``size`` tensors per input, all of the inputs'
+    dtype. Output blocks may differ in size from the input (uneven all_gather; the engine
+    checks the own block)."""
+    op = "allgather"
+    if not inputs:
+        raise _invalid(op, "requires non-empty input tensor list")
+    if len(inputs) != len(outputs):
+        raise _invalid(op, "requires input/output tensor lists to have the same length")
+    expected = len(inputs) * size
+    for i, out in enumerate(outputs):
+        if len(out) != expected:
+            raise _invalid(op, f"invalid output tensor list at index {i} (expected length "
+                               f"{expected}, got {len(out)})")
+    _check_alike(op, inputs, inputs[0])
+    for out in outputs:
+        _check_alike(op, out, inputs[0], sizes=False)
+
+
+def _check_rooted(op: str, opts: Any, rank: int, size: int, singles: Any, lists: Any) -> None:
+    """``gather`` (``singles`` the inputs, ``lists`` the outputs) and ``scatter`` (``singles``
+    the outputs, ``lists`` the inputs): one tensor on every rank, one list of ``size`` tensors
+    like it on the root, none elsewhere."""
+    single, side = ("input", "output") if op == "gather" else ("output", "input")
+    root = opts.rootRank
+    if not 0 <= root < size:
+        raise _invalid(op, f"invalid root rank: {root}")
+    if len(singles) != 1:
+        raise _invalid(op, f"requires a single-element {single} tensor list")
+    if rank != root:
+        if lists:
+            raise _invalid(op, f"requires empty {side} on non-root")
+        return
+    if len(lists) != 1:
+        raise _invalid(op, f"requires a single-element {side} list containing a list with "
+                           f"{size} tensors.")
+    if len(lists[0]) != size:
+        raise _invalid(op, f"Incorrect {side} list size {len(lists[0])}. {side.capitalize()} "
+                           f"list size should be {size}, same as size of the process group.")
+    _check_alike(op, lists[0], singles[0])
+
+
 if torch is None:
 
     class GroupBase:
@@ -189,8 +310,9 @@ else:
             if len(works) == 1:
                 combined = works[0]
             else:
-                api = _api()
-                combined = api.Work(api._Works([w._work for w in works]), outputs)
+                from . import _core
+
+                combined = _api().Work(_core.join([w._work for w in works]), outputs)
             work = RustdistWork(combined, outputs)
             _private.keep_for_functional_collectives(work, outputs)
             _private.register_inflight_outputs(work, outputs)
@@ -245,15 +367,31 @@ else:
             op = _op(opts) if opts is not None else _td.ReduceOp.SUM
             if isinstance(tensors, Tensor):
                 tensors = [tensors]
+            _check_allreduce(tensors)
+            api = _api()
+            if len(tensors) != 1:  # one call, so that a tensor listed twice is reduced once
+                return self.allreduce_coalesced(tensors, opts)
+            if not _async(opts):
+                api.all_reduce(tensors[0], op=op, group=self)
+                return None
+            return self._work([api.all_reduce(tensors[0], op=op, group=self, async_op=True)],
+                              list(tensors))
+
+        @_not_traced
+        def allreduce_coalesced(self, tensors: list[Tensor],
+                                opts: Any = None) -> Optional[RustdistWork]:
+            """all_reduce_coalesced of the list as one call: a tensor listed twice is reduced
+            once. Sparse tensors are refused, as gloo refuses them (only all_reduce sums
+            them)."""
+            op = _op(opts) if opts is not None else _td.ReduceOp.SUM
+            tensors = [tensors] if isinstance(tensors, Tensor) else list(tensors)
+            _check_allreduce_coalesced(tensors)
             api = _api()
             if not _async(opts):
-                for t in tensors:
-                    api.all_reduce(t, op=op, group=self)
+                api.all_reduce_coalesced(tensors, op=op, group=self)
                 return None
-            works = [api.all_reduce(t, op=op, group=self, async_op=True) for t in tensors]
-            return self._work(works, list(tensors))
-
-        allreduce_coalesced = allreduce
+            work = api.all_reduce_coalesced(tensors, op=op, group=self, async_op=True)
+            return self._work([work], tensors)
 
         @_not_traced
         def broadcast(self, tensors: list[Tensor], opts: Any) -> Optional[RustdistWork]:
@@ -262,6 +400,9 @@ else:
                 tensors = [tensors]
             api = _api()
             root = _root(opts)
+            _check_root("broadcast", root, self.size(), getattr(opts, "rootTensor", 0),
+                        len(tensors))
+            _check_alike("broadcast", tensors, tensors[0])
             if not _async(opts):
                 for t in tensors:
                     api.broadcast(t, group=self, group_src=root)
@@ -272,6 +413,7 @@ else:
         @_not_traced
         def reduce(self, tensors: list[Tensor], opts: Any) -> RustdistWork:
             """reduce to group rank ``opts.rootRank``."""
+            _check_reduce(tensors, opts, self.size())
             api = _api()
             t = tensors[0]
             work = api.reduce(t, op=_op(opts), group=self, async_op=True, group_dst=_root(opts))
@@ -281,6 +423,7 @@ else:
         def allgather(self, output_lists: list[list[Tensor]], inputs: list[Tensor],
                       opts: Any = None) -> RustdistWork:
             """all_gather of ``inputs[0]`` into ``output_lists[0]``."""
+            _check_allgather(output_lists, inputs, self.size())
             api = _api()
             out = output_lists[0]
             work = api.all_gather(out, inputs[0], group=self, async_op=True)
@@ -309,10 +452,9 @@ else:
         def allgather_into_tensor_coalesced(self, outputs: list[Tensor], inputs: list[Tensor],
                                             opts: Any = None) -> RustdistWork:
             """all_gather_into_tensor of each input/output pair."""
-            api = _api()
-            works = [api.all_gather_into_tensor(o, i, group=self, async_op=True)
-                     for o, i in zip(outputs, inputs)]
-            return self._work(works, list(outputs))
+            work = _api()._pairs_coalesced("all_gather_into_tensor", outputs, inputs,
+                                           group=self)
+            return self._work([work], list(outputs))
 
         all_gather_single_coalesced = allgather_into_tensor_coalesced
 
@@ -344,11 +486,10 @@ else:
         def reduce_scatter_tensor_coalesced(self, outputs: list[Tensor], inputs: list[Tensor],
                                             opts: Any = None) -> RustdistWork:
             """reduce_scatter_tensor of each input/output pair."""
-            api = _api()
             op = _op(opts) if opts is not None else _td.ReduceOp.SUM
-            works = [api.reduce_scatter_tensor(o, i, op=op, group=self, async_op=True)
-                     for o, i in zip(outputs, inputs)]
-            return self._work(works, list(outputs))
+            work = _api()._pairs_coalesced("reduce_scatter_tensor", outputs, inputs, op=op,
+                                           group=self)
+            return self._work([work], list(outputs))
 
         reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced
 
@@ -375,6 +516,7 @@ else:
         def gather(self, output_lists: list[list[Tensor]], inputs: list[Tensor],
                    opts: Any) -> RustdistWork:
             """gather to group rank ``opts.rootRank`` (``output_lists`` is empty elsewhere)."""
+            _check_rooted("gather", opts, self.rank(), self.size(), inputs, output_lists)
             gather_list = output_lists[0] if output_lists else None
             work = _api().gather(inputs[0], gather_list, group=self, async_op=True,
                                  group_dst=_root(opts))
@@ -384,6 +526,7 @@ else:
         def scatter(self, outputs: list[Tensor], input_lists: list[list[Tensor]],
                     opts: Any) -> RustdistWork:
             """scatter from group rank ``opts.rootRank`` (``input_lists`` is empty elsewhere)."""
+            _check_rooted("scatter", opts, self.rank(), self.size(), outputs, input_lists)
             scatter_list = input_lists[0] if input_lists else None
             work = _api().scatter(outputs[0], scatter_list, group=self, async_op=True,
                                   group_src=_root(opts))
@@ -391,11 +534,15 @@ else:
 
         @_not_traced
         def barrier(self, opts: Any = None) -> Optional[RustdistWork]:
-            """A barrier over the group (device ids in ``opts`` are ignored: CPU only)."""
+            """A barrier over the group (device ids in ``opts`` are ignored: CPU only), within
+            ``opts.timeout`` when torch's ``barrier(timeout=...)`` set one."""
+            timeout = getattr(opts, "timeout", None)
+            if timeout is not None and timeout < timedelta(0):
+                timeout = None  # torch's "unset"
             if not _async(opts):
-                _api().barrier(group=self)
+                _api().barrier(group=self, timeout=timeout)
                 return None
-            return self._work([_api().barrier(group=self, async_op=True)], [])
+            return self._work([_api().barrier(group=self, async_op=True, timeout=timeout)], [])
 
         @_not_traced
         def monitored_barrier(self, timeout: Optional[timedelta] = None,

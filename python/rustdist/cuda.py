@@ -102,6 +102,45 @@ class CudaWork(Work):
         self._work.synchronize(timeout)
 
 
+class _StagedWork(CudaWork):
+    """A CUDA operation run on private buffers for tensors that share memory (see
+    ``rustdist._alias``): waiting for it also copies them back into the call's tensors, in the
+    call's order, on the current stream."""
+
+    __slots__ = ("_back",)
+
+    def __init__(self, work: CudaWork, back: list[tuple[Any, Any]], outputs: list[Any]) -> None:
+        super().__init__(work._work, outputs, work._device)
+        self._back = back
+
+    def wait(self, timeout: Optional[Union[timedelta, float]] = None) -> bool:
+        """As ``CudaWork.wait``, then the copies back (once)."""
+        super().wait(timeout)
+        self._copy_back()
+        return True
+
+    def synchronize(self) -> None:
+        """As ``CudaWork.synchronize``, then the copies back (once)."""
+        super().synchronize()
+        self._copy_back()
+
+    def _copy_back(self) -> None:
+        back, self._back = self._back, []
+        for staged_buffer, tensor in back:
+            tensor.copy_(staged_buffer)
+
+
+def staged(works: list[CudaWork], back: list[tuple[Any, Any]], outputs: list[Any],
+           async_op: bool) -> Optional[CudaWork]:
+    """The Work of a call run on private buffers (``works``: its operations, in the order the
+    group's internal stream runs them); synchronous: waited for, copies done, None."""
+    work = _StagedWork(works[-1], back, outputs)
+    if async_op:
+        return work
+    work.wait()
+    return None
+
+
 def _current_stream(device: int) -> int:
     from ._torch_private import current_raw_stream
 
@@ -123,8 +162,9 @@ def _buffer(x: Any, name: str) -> tuple[int, int, int, int]:
     if not is_cuda:
         raise RuntimeError(f"`{name}` must be a CUDA tensor, it is on {x.device}")
     code = torch_code(x, name)
-    if not x.is_contiguous():
-        raise RuntimeError(f"`{name}` has to be contiguous")
+    if not x.is_contiguous():  # torch's ValueError and text (ProcessGroupNCCL's check)
+        raise ValueError(f"Tensors must be contiguous: `{name}` is not (.contiguous() makes "
+                         "a contiguous copy)")
     return x.data_ptr(), x.numel(), code, x.get_device()
 
 
@@ -453,5 +493,5 @@ __all__ = [
     "all_to_all_single", "barrier", "batch_isend_irecv", "broadcast", "gather", "irecv",
     "is_available", "isend", "library_paths", "load_report", "nccl_unique_id", "nccl_version",
     "new_subgroup", "recv", "reduce", "reduce_scatter", "reduce_scatter_tensor", "scatter",
-    "send", "shutdown",
+    "send", "shutdown", "staged",
 ]

@@ -14,10 +14,12 @@ import time
 import warnings
 import weakref
 from datetime import timedelta
+from functools import partial
 from typing import Any, Callable, Optional, Union
 from urllib.parse import parse_qsl, urlparse
 
-from . import _core, _debug
+from . import _core, _debug, _sparse
+from ._alias import READ, UPDATE, WRITE, Staged, unalias
 from ._debug import exception_logger, logger
 from ._errors import DistNetworkError, DistStoreError
 from ._reduce_op import ReduceOp, op_args, supports_complex
@@ -136,6 +138,38 @@ class ProcessGroup(GroupBase):  # type: ignore[misc, valid-type]
         """The backend's name (torch's ``ProcessGroup.name()``)."""
         return self._backend
 
+    @property
+    def options(self) -> "_Options":
+        """The backend's options (torch's ``Backend.options``; torch's door reaches them as
+        ``group._get_backend(device).options``): ``options._timeout`` is the group's timeout
+        as a ``timedelta``. Live: setting ``options._timeout`` sets the timeout as
+        :meth:`_set_default_timeout` does."""
+        return _Options(self)
+
+    def _set_default_timeout(self, timeout: timedelta) -> None:
+        """Sets the timeout of the group's operations (torch's backend
+        ``_set_default_timeout``, which ``_set_pg_timeout`` calls): operations this rank
+        issues after the call, CPU and CUDA, point-to-point included, fail with
+        ``DistBackendError`` when they outlive it; operations issued before keep the timeout
+        they were issued with. Call it on every rank of the group with the same value.
+
+        Raises TypeError unless ``timeout`` is a ``datetime.timedelta``, ValueError when it is
+        negative."""
+        if not isinstance(timeout, timedelta):
+            raise TypeError(
+                "_set_default_timeout(): timeout must be a datetime.timedelta, got "
+                f"{type(timeout).__name__}"
+            )
+        seconds = timeout.total_seconds()
+        self._pg.set_timeout(seconds)
+        if self._cuda is not None:
+            self._cuda.set_timeout(seconds)
+
+    def set_timeout(self, timeout: timedelta) -> None:
+        """Sets the timeout of the group's later operations (torch's
+        ``ProcessGroup.set_timeout``): as :meth:`_set_default_timeout`."""
+        self._set_default_timeout(timeout)
+
     def _group_rank(self, global_rank: int) -> int:
         if self._group_ranks is None:
             return global_rank
@@ -181,6 +215,43 @@ class ProcessGroup(GroupBase):  # type: ignore[misc, valid-type]
 
     def __repr__(self) -> str:
         return f"<rustdist.ProcessGroup {self.group_name!r} rank {self._rank} of {self._size}>"
+
+
+class _Options:
+    """A rustdist group's backend options, as torch's ``Backend.Options`` has them: read from
+    the group each time (never a stale copy), and ``_timeout`` set through the group."""
+
+    __slots__ = ("_group",)
+
+    def __init__(self, group: ProcessGroup) -> None:
+        self._group = group
+
+    @property
+    def _timeout(self) -> timedelta:
+        """The group's timeout (the one operations issued now get)."""
+        return timedelta(seconds=self._group._pg.timeout)
+
+    @_timeout.setter
+    def _timeout(self, value: timedelta) -> None:
+        self._group._set_default_timeout(value)
+
+    @property
+    def backend(self) -> str:
+        """The backend's name."""
+        return self._group._backend
+
+    @property
+    def group_name(self) -> str:
+        """The group's name."""
+        return self._group.group_name
+
+    @property
+    def global_ranks_in_group(self) -> list[int]:
+        """The members' global ranks, by group rank."""
+        return list(self._group._ranks)
+
+    def __repr__(self) -> str:
+        return f"<rustdist backend options: backend {self.backend!r}, _timeout {self._timeout}>"
 
 
 def _new_process_group(store: Any, rank: int, size: int, timeout: Union[timedelta, float],
@@ -493,6 +564,18 @@ def _env(*names: str) -> str:
         "Error initializing rustdist using env:// rendezvous: "
         f"environment variable {' or '.join(names)} expected, but not set"
     )
+
+
+def _get_default_store() -> Any:
+    """The store the default group was initialised on (torch's private helper of this name,
+    which torch's tests use); ValueError before init."""
+    if _default_store is not None:
+        return _default_store
+    if _torch_world is not None and is_initialized():  # a world made by torch.distributed
+        import torch.distributed.distributed_c10d as torch_c10d
+
+        return torch_c10d._get_default_store()
+    raise ValueError(_NOT_INITIALIZED)
 
 
 def get_node_local_rank(fallback_rank: Optional[int] = None) -> int:
@@ -845,6 +928,41 @@ def _check_timeout(timeout: Any) -> timedelta:
     return timeout
 
 
+def _set_pg_timeout(timeout: timedelta, group: Optional[ProcessGroup] = None) -> None:
+    """Set the timeout for the given process group when users want to use a different timeout
+    instead of default values.
+
+    Args:
+        timeout (timedelta): Timeout for operations executed against the process group which
+            users want to set. Default value is 30 minutes. Operations this rank issues after
+            the call get it (CPU and CUDA ones, point-to-point included); those issued before
+            keep theirs. Call it on every rank of the group.
+        group (ProcessGroup, optional): The process group to work on. The default is the
+            general main process group. If another specific group is specified, the calling
+            process must be part of :attr:`group`.
+
+    Raises ValueError "Invalid process group specified" on a rank that is not a member of
+    ``group``. A group torch made with another backend is passed on to
+    ``torch.distributed.distributed_c10d._set_pg_timeout``.
+    """
+    if group is None:
+        group = _default()
+        if group is None:
+            raise ValueError(_NOT_INITIALIZED)
+    if isinstance(group, int) and group == GroupMember.NON_GROUP_MEMBER:
+        raise ValueError("Invalid process group specified")
+    if isinstance(group, ProcessGroup):
+        group._set_default_timeout(timeout)
+        return
+    if _torch_world is not None:
+        import torch.distributed as td
+
+        if isinstance(group, td.ProcessGroup):
+            td.distributed_c10d._set_pg_timeout(timeout, group)
+            return
+    raise AssertionError(f"Expected ProcessGroup, got {type(group)}")
+
+
 @exception_logger
 def new_group(ranks: Optional[list[int]] = None, timeout: Optional[timedelta] = None,
               backend: Optional[str] = None, pg_options: Optional[Any] = None,
@@ -1058,55 +1176,57 @@ def _same_dtype(code: int, other: int, t: Any, first: Any) -> None:
         )
 
 
-class _Works:
-    """Several ``_core`` Works seen as one (the ``_core.Work`` interface): done when all are,
-    failed with the first error."""
+def _same_dtypes(*groups: Any) -> None:
+    """torch's ``_ensure_all_tensors_same_dtype``, which torch's functions run before their
+    other checks: ValueError unless the tensors of ``groups`` (tensors or lists of them) have
+    one dtype, a complex tensor counting as its real dtype (torch views it as real)."""
+    last, last_name = None, ""
+    for x in (x for g in groups for x in (g if isinstance(g, list) else (g,))):
+        dtype = getattr(x, "dtype", None)
+        if dtype is None:
+            continue  # not a tensor: the checks that follow name it
+        real = dtype.to_real() if getattr(dtype, "is_complex", False) else dtype
+        name = str(real).rpartition(".")[2]  # torch's and numpy's dtypes compare by name
+        if last is None:
+            last, last_name = real, name
+        elif name != last_name:
+            raise ValueError(
+                f"Invalid usage of tensors with different dtypesFound {last} and  {dtype}"
+            )
 
-    __slots__ = ("_works",)
 
-    def __init__(self, works: list[Any]) -> None:
-        self._works = works
+def _numel(x: Any) -> int:
+    """The element count of a torch tensor or numpy array."""
+    return x.numel() if callable(getattr(x, "numel", None)) else x.size
 
-    def wait(self, timeout: Optional[float] = None) -> bool:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        for w in self._works:
-            w.wait(None if deadline is None else max(deadline - time.monotonic(), 0.0))
-        return True
 
-    def is_completed(self) -> bool:
-        return all(w.is_completed() for w in self._works)
+def _check_coalesced_outputs(outputs: list[list[Any]], inputs: list[Any]) -> None:
+    """all_gather_coalesced: ``outputs[r][i]`` has the dtype and size of ``inputs[i]`` (gloo's
+    checks, RuntimeError), so that every rank sees a wrong output, not only its owner."""
+    for i, inp in enumerate(inputs):
+        for out in outputs:
+            if out[i].dtype != inp.dtype:
+                raise RuntimeError(
+                    f"all_gather_coalesced: invalid tensor type at index {i} (expected "
+                    f"{inp.dtype}, got {out[i].dtype})")
+            if _numel(out[i]) != _numel(inp):
+                raise RuntimeError(
+                    f"all_gather_coalesced: invalid size of output tensor at index {i} "
+                    f"(expected length {tuple(inp.shape)}, got {tuple(out[i].shape)})")
 
-    def is_success(self) -> bool:
-        return all(w.is_success() for w in self._works)
 
-    def exception(self) -> Optional[BaseException]:
-        for w in self._works:
-            e = w.exception()
-            if e is not None:
-                return e
-        return None
-
-    def source_rank(self) -> int:
-        raise RuntimeError("source_rank() is only defined for a receive")
-
-    def add_done_callback(self, fn: Callable[[Optional[BaseException]], None]) -> None:
-        if not self._works:
-            fn(None)
-            return
-        lock = threading.Lock()
-        state: list[Any] = [len(self._works), None]  # [pending, first error]
-
-        def one(error: Optional[BaseException]) -> None:
-            with lock:
-                state[0] -= 1
-                if error is not None and state[1] is None:
-                    state[1] = error
-                last = state[0] == 0
-            if last:
-                fn(state[1])
-
-        for w in self._works:
-            w.add_done_callback(one)
+def _staged(st: Staged, run: Callable[[list[Any]], Any], outputs: list[Any],
+            async_op: bool) -> Optional[Work]:
+    """Runs a call whose tensors share memory on ``st.tensors`` (``run`` starts it with
+    ``async_op=True`` and returns its Work, or a list of Works) and copies the private buffers
+    back into the call's tensors once it has succeeded: CPU ones by the engine before the
+    Work completes, CUDA ones on the current stream when the Work is waited for."""
+    started = run(st.tensors)
+    works = started if isinstance(started, list) else [started]
+    if getattr(st.tensors[0], "is_cuda", False):
+        return _cuda().staged(works, st.back, outputs, async_op)
+    joined = _core.join([w._work for w in works], st.copies(), (st.tensors, outputs))
+    return _finish(joined, outputs, async_op)
 
 
 @exception_logger
@@ -1115,7 +1235,9 @@ def all_reduce(tensor: Any, op: Any = ReduceOp.SUM, group: Optional[ProcessGroup
     """Reduces the tensor data across all machines in a way that all get the final result.
 
     After the call ``tensor`` is bitwise identical in all processes. In place; complex
-    tensors are supported (not with MIN, MAX, PRODUCT or the bitwise ops).
+    tensors are supported (not with MIN, MAX, PRODUCT or the bitwise ops). Sparse COO tensors
+    are summed as with gloo (``ReduceOp.SUM`` only, any nnz per rank): ``tensor`` ends up
+    holding the coalesced sum (see ``rustdist._sparse``).
 
     Args:
         tensor: Input and output of the collective (torch CPU tensor or numpy array).
@@ -1137,6 +1259,10 @@ def all_reduce(tensor: Any, op: Any = ReduceOp.SUM, group: Optional[ProcessGroup
     except OnCuda:
         opc, premul = _cuda_reduce_args(op, tensor, "all_reduce")
         return _cuda().all_reduce(pg, tensor, opc, premul, async_op)
+    except _sparse.SparseInput:  # a sparse COO tensor: summed as gloo sums it, in place
+        _sparse.all_reduce(tensor, op, pg._size, partial(all_gather_into_tensor, group=pg),
+                           partial(all_gather, group=pg))
+        return Work(_core.join([]), [tensor]) if async_op else None
     opc, premul = _reduce_args(op, code, "all_reduce")
     if _debug.detail:
         _detail(pg, "all_reduce", code, [tensor.shape], opc)
@@ -1168,6 +1294,10 @@ def all_reduce_coalesced(tensors: Any, op: Any = ReduceOp.SUM,
     if pg is None:
         _not_member("all_reduce_coalesced")
         return None
+    st = unalias(tensors, [UPDATE] * len(tensors))
+    if st is not None:  # a tensor listed twice is reduced once, as gloo's flat buffer does
+        return _staged(st, lambda ts: all_reduce_coalesced(ts, op, pg, async_op=True), tensors,
+                       async_op)
     try:
         bufs = [buffer(t, "tensor", True) for t in tensors]
     except OnCuda:
@@ -1178,12 +1308,12 @@ def all_reduce_coalesced(tensors: Any, op: Any = ReduceOp.SUM,
     for (_, _, c), t in zip(bufs, tensors):
         _same_dtype(bufs[0][2], c, t, tensors[0])
     if not bufs:
-        return Work(_Works([]), []) if async_op else None
+        return Work(_core.join([]), []) if async_op else None
     opc, premul = _reduce_args(op, bufs[0][2], "all_reduce")
     if _debug.detail:
         _detail(pg, "all_reduce_coalesced", bufs[0][2], [t.shape for t in tensors], opc)
     works = [pg._pg.all_reduce(p, n, c, opc, t, premul) for (p, n, c), t in zip(bufs, tensors)]
-    return _finish(_Works(works), tensors, async_op)
+    return _finish(_core.join(works), tensors, async_op)
 
 
 @exception_logger
@@ -1287,14 +1417,18 @@ def all_gather(tensor_list: list[Any], tensor: Any, group: Optional[ProcessGroup
     if pg is None:
         _not_member("all_gather")
         return None
+    st = unalias([tensor, *tensor_list], [READ] + [WRITE] * len(tensor_list))
+    if st is not None:
+        return _staged(st, lambda ts: all_gather(ts[1:], ts[0], pg, async_op=True),
+                       tensor_list, async_op)
     try:
         in_ptr, n, code = buffer(tensor, "tensor")
     except OnCuda:
         return _cuda().all_gather(pg, tensor_list, tensor, async_op)
     if len(tensor_list) != pg._size:
         raise RuntimeError(
-            f"all_gather: tensor_list has {len(tensor_list)} tensors, expected one per rank "
-            f"(world size {pg._size})"
+            f"all_gather: invalid output tensor list at index 0 (expected length {pg._size}, "
+            f"got {len(tensor_list)}): `tensor_list` needs one tensor per rank"
         )
     outs = []
     equal = True
@@ -1313,8 +1447,9 @@ def all_gather(tensor_list: list[Any], tensor: Any, group: Optional[ProcessGroup
         own = outs[pg._rank][1]
         if own != n:
             raise RuntimeError(
-                f"all_gather: tensor_list[{pg._rank}] has {own} elements but this rank's "
-                f"`tensor` has {n} (tensor_list[r] must have the size of rank r's tensor)"
+                f"all_gather: invalid tensor size at index {pg._rank}: tensor_list[{pg._rank}] "
+                f"has {own} elements but this rank's `tensor` has {n} (tensor_list[r] must "
+                "have the size of rank r's tensor)"
             )
         if _debug.detail:
             _detail(pg, "all_gather", code, None)
@@ -1347,10 +1482,12 @@ def all_gather_coalesced(output_tensor_lists: list[list[Any]], input_tensor_list
         _not_member("all_gather_coalesced")
         return None
     _tensor_list(input_tensor_list, "input_tensor_list")
+    _same_dtypes(input_tensor_list)
     if not isinstance(output_tensor_lists, list):
         raise TypeError("Invalid function argument: output_tensor_lists should be a list")
     for out in output_tensor_lists:
         _tensor_list(out, "output_tensor_lists")
+        _same_dtypes(out)
     if len(output_tensor_lists) != pg._size:
         raise RuntimeError(
             "all_gather_coalesced: output lists should be equal to world size "
@@ -1361,11 +1498,20 @@ def all_gather_coalesced(output_tensor_lists: list[list[Any]], input_tensor_list
         if len(out) != n:
             raise RuntimeError("all_gather_coalesced: each output list should have one tensor "
                                f"per input tensor ({len(out)} vs {n})")
+    _check_coalesced_outputs(output_tensor_lists, input_tensor_list)
+    outs = [t for out in output_tensor_lists for t in out]
+    st = unalias([*input_tensor_list, *outs], [READ] * n + [WRITE] * len(outs))
+    if st is not None:
+        def run(ts: list[Any]) -> Any:
+            lists = [ts[n + r * n:n + (r + 1) * n] for r in range(pg._size)]
+            return all_gather_coalesced(lists, ts[:n], pg, async_op=True)
+
+        return _staged(st, run, output_tensor_lists, async_op)
     works = [all_gather([out[i] for out in output_tensor_lists], inp, pg, async_op=True)
              for i, inp in enumerate(input_tensor_list)]
     if works and isinstance(works[-1], _cuda_work_type()):
         return _finish_cuda(works, async_op)
-    return _finish(_Works([w._work for w in works if w is not None]), output_tensor_lists,
+    return _finish(_core.join([w._work for w in works if w is not None]), output_tensor_lists,
                    async_op)
 
 
@@ -1514,6 +1660,24 @@ all_gather_single = all_gather_into_tensor
 reduce_scatter_single = reduce_scatter_tensor
 
 
+def _pairs_coalesced(name: str, outputs: list[Any], inputs: list[Any], group: ProcessGroup,
+                     **kwargs: Any) -> Work:
+    """``all_gather_into_tensor`` or ``reduce_scatter_tensor`` (``name``) of each
+    ``(outputs[i], inputs[i])`` as one asynchronous call (the torch door's ``*_coalesced``
+    methods): every input is read as it was when the call was made, even where an earlier
+    pair's output overlaps it."""
+    fn = all_gather_into_tensor if name == "all_gather_into_tensor" else reduce_scatter_tensor
+    n = len(outputs)
+    st = unalias([*outputs, *inputs], [WRITE] * n + [READ] * len(inputs))
+    if st is not None:
+        return _staged(st, lambda ts: _pairs_coalesced(name, ts[:n], ts[n:], group, **kwargs),
+                       outputs, True)
+    works = [fn(o, i, group=group, async_op=True, **kwargs) for o, i in zip(outputs, inputs)]
+    if works and isinstance(works[-1], _cuda_work_type()):
+        return works[-1]  # the internal stream runs them in order
+    return Work(_core.join([w._work for w in works if w is not None]), outputs)
+
+
 def _root_list(pg: ProcessGroup, root: int, xs: Optional[list[Any]], name: str,
                role: str) -> list[Any]:
     """The tensor list of gather/scatter: given on the root, absent elsewhere (torch's
@@ -1522,8 +1686,11 @@ def _root_list(pg: ProcessGroup, root: int, xs: Optional[list[Any]], name: str,
         if not xs:
             raise ValueError(f"Argument ``{name}`` must be specified on {role} rank.")
         if len(xs) != pg._size:
-            raise RuntimeError(f"{name} has {len(xs)} tensors, expected one per rank "
-                               f"(group size {pg._size})")
+            side = "Input" if name == "scatter_list" else "Output"
+            raise RuntimeError(
+                f"{name[:-5]}: Incorrect {side.lower()} list size {len(xs)}. {side} list size "
+                f"should be {pg._size}, same as size of the process group. (`{name}` needs one "
+                "tensor per rank)")
         return xs
     if xs:
         raise ValueError(f"Argument ``{name}`` must NOT be specified on non-{role} ranks.")
@@ -1542,7 +1709,8 @@ def _rooted(kind: str, pg: ProcessGroup, root: int, tensor: Any, xs: list[Any], 
         p, m, c = buffer(t, name, not out)
         _same_dtype(code, c, t, tensor)
         if count and m != n:
-            raise RuntimeError(f"{kind}: {name}[{r}] has {m} elements but `tensor` has {n}")
+            raise RuntimeError(f"{kind}: invalid tensor size at index {r} ({name}[{r}] has {m} "
+                               f"elements but `tensor` has {n})")
         peers.append((r, p, m))
     mine = [(root, ptr, n)]
     sends, recvs = (peers, mine) if out else (mine, peers)
@@ -1572,6 +1740,7 @@ def gather(tensor: Any, gather_list: Optional[list[Any]] = None, dst: Optional[i
     """
     if gather_list:
         _tensor_list(gather_list, "gather_list")
+    _same_dtypes(tensor, gather_list or [])
     pg = _group(group)
     if pg is None:
         _not_member("gather")
@@ -1580,6 +1749,10 @@ def gather(tensor: Any, gather_list: Optional[list[Any]] = None, dst: Optional[i
         dst = 0
     root = _peer(pg, dst, group_dst, "gather", "root")
     xs = _root_list(pg, root, gather_list, "gather_list", "destination")
+    st = unalias([tensor, *xs], [READ] + [WRITE] * len(xs))
+    if st is not None:
+        return _staged(st, lambda ts: gather(ts[0], ts[1:], group=pg, async_op=True,
+                                             group_dst=root), xs, async_op)
     try:
         work = _rooted("gather", pg, root, tensor, xs, 1, False, not async_op)
     except OnCuda:
@@ -1609,6 +1782,7 @@ def scatter(tensor: Any, scatter_list: Optional[list[Any]] = None, src: Optional
     """
     if scatter_list:
         _tensor_list(scatter_list, "scatter_list")
+    _same_dtypes(tensor, scatter_list or [])
     pg = _group(group)
     if src is None and group_src is None:
         src = 0
@@ -1617,6 +1791,10 @@ def scatter(tensor: Any, scatter_list: Optional[list[Any]] = None, src: Optional
         return None
     root = _peer(pg, src, group_src, "scatter", "root")
     xs = _root_list(pg, root, scatter_list, "scatter_list", "source")
+    st = unalias([tensor, *xs], [WRITE] + [READ] * len(xs))
+    if st is not None:
+        return _staged(st, lambda ts: scatter(ts[0], ts[1:] or None, group=pg, async_op=True,
+                                              group_src=root), [tensor], async_op)
     try:
         work = _rooted("scatter", pg, root, tensor, xs, 1, True, not async_op)
     except OnCuda:
@@ -1651,6 +1829,11 @@ def all_to_all(output_tensor_list: list[Any], input_tensor_list: list[Any],
         if len(xs) != pg._size:
             raise RuntimeError(f"all_to_all: {name} has {len(xs)} tensors, expected one per "
                                f"rank (group size {pg._size})")
+    size = pg._size
+    st = unalias([*input_tensor_list, *output_tensor_list], [READ] * size + [WRITE] * size)
+    if st is not None:
+        return _staged(st, lambda ts: all_to_all(ts[size:], ts[:size], pg, async_op=True),
+                       output_tensor_list, async_op)
     first = input_tensor_list[0] if input_tensor_list else None
     if first is not None and getattr(first, "is_cuda", False):
         return _cuda().all_to_all(pg, output_tensor_list, input_tensor_list, async_op)
@@ -2041,6 +2224,17 @@ def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[Work]:
     grp = p2p_op_list[0].group
     if not all(grp == p.group for p in p2p_op_list):
         raise ValueError("All ops need to use the same group.")
+    sends = [_p2p_kind(p.op) == "send" for p in p2p_op_list]
+    st = unalias([p.tensor for p in p2p_op_list], [READ if s else WRITE for s in sends])
+    if st is not None and _group(grp) is not None:
+        def run(ts: list[Any]) -> list[Work]:
+            return batch_isend_irecv([P2POp(isend if send else irecv, t, group=p.group, tag=p.tag,
+                                            group_peer=p.group_peer)
+                                      for send, t, p in zip(sends, ts, p2p_op_list)])
+
+        # Every request stands for the whole batch: the copies back need all of it done.
+        done = _staged(st, run, [p.tensor for p in p2p_op_list], True)
+        return [done] * len(p2p_op_list)
     if getattr(p2p_op_list[0].tensor, "is_cuda", False):
         pg = _group(grp)
         if pg is None:
@@ -2103,7 +2297,7 @@ def _fast_paths() -> None:
     # The torch front door: the group methods torch's synchronous calls reach become Python
     # methods with the same parameters that pass them on to a fast builtin (a Python function,
     # so that pybind11 takes it for an override when torch's C++ calls the group).
-    # Aliases (allreduce_coalesced, all_gather_single, ...) are whatever names the class binds
+    # Aliases (all_gather_single, ...) are whatever names the class binds
     # to the same function.
     for name in ("allreduce", "broadcast", "_allgather_base", "_reduce_scatter_base", "barrier"):
         python = GroupBase.__dict__[name]

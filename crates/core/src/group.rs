@@ -20,6 +20,7 @@ use crate::reduce;
 use crate::spin::Spin;
 use crate::store::Store;
 use crate::tensor::{any_overlap, RawBuf, Tensor};
+use crate::timeout::Timeout;
 use crate::transport::mesh::MeshTransport;
 use crate::transport::{LinkKind, OpCtx, P2pDone, Signature, Transport};
 use crate::types::{CollectiveKind, DType, ReduceOp};
@@ -116,6 +117,8 @@ impl Queue {
 struct Engine {
     transport: Box<dyn Transport>,
     seq: u64,
+    /// The timeout of the operation running: the group's when it was issued (set by
+    /// [`ProcessGroup::start`] and [`ProcessGroup::enqueue`] before each one runs).
     timeout: Duration,
     algos: AlgoOverrides,
     failed: Option<Error>,
@@ -238,7 +241,8 @@ pub struct ProcessGroup {
     rank: usize,
     size: usize,
     name: String,
-    timeout: Duration,
+    /// Read once per operation, when it is issued (see [`ProcessGroup::set_timeout`]).
+    timeout: Timeout,
     link: LinkKind,
     link_model: LinkModel,
     /// TCP streams to each peer on another host.
@@ -410,7 +414,7 @@ impl ProcessGroup {
             rank,
             size,
             name: name.to_string(),
-            timeout,
+            timeout: Timeout::new(timeout),
             link,
             link_model,
             streams,
@@ -431,8 +435,18 @@ impl ProcessGroup {
         &self.name
     }
 
+    /// The timeout operations issued now get.
     pub fn timeout(&self) -> Duration {
-        self.timeout
+        self.timeout.get()
+    }
+
+    /// Changes the group's timeout (torch's `_set_default_timeout`, `_set_pg_timeout`) for the
+    /// operations issued after this call on this rank, point-to-point ones and
+    /// monitored_barrier's grace included. An operation issued before keeps the timeout it
+    /// was issued with, whether it is still queued or already running (its deadline is fixed).
+    /// Every rank should set the same value, as torch asks.
+    pub fn set_timeout(&self, timeout: Duration) {
+        self.timeout.set(timeout);
     }
 
     /// How the group's ranks reach each other (what selection chooses algorithms for).
@@ -452,7 +466,8 @@ impl ProcessGroup {
     }
 
     /// Queues `job` (operation `what`) with a new Work for it to complete; an aborted group
-    /// refuses new work, and its queued work fails instead of running.
+    /// refuses new work, and its queued work fails instead of running. The job runs under the
+    /// group's timeout as it is now.
     fn enqueue(
         &self,
         keep: Option<Keepalive>,
@@ -463,11 +478,15 @@ impl ProcessGroup {
         let work = Work::owned(keep, &self.shared.cancel, what);
         let done = work.clone();
         let cancel = self.shared.cancel.clone();
+        let timeout = self.timeout.get();
         self.shared
             .queue
             .push(Box::new(move |engine| match cancel.check() {
                 Err(e) => done.complete(Err(e), None),
-                Ok(()) => job(engine, done),
+                Ok(()) => {
+                    engine.timeout = timeout;
+                    job(engine, done)
+                }
             }))?;
         Ok(work)
     }
@@ -485,6 +504,7 @@ impl ProcessGroup {
         self.shared.queue.check_open()?;
         if matches!(mode, Run::Sync) {
             if let Some(mut engine) = self.shared.idle_engine() {
+                engine.timeout = self.timeout.get();
                 return body(&mut engine).map(|_| None);
             }
         }
@@ -825,19 +845,28 @@ impl ProcessGroup {
             op: red.op,
             count: output.numel as u64,
         };
+        // An output inside the input (reduce_scatter in place) would be written before all of
+        // the input is read: the input is read from a copy then, as when it is scaled first.
+        let scaled = red.premul.is_some() && red.op == ReduceOp::PremulSum;
+        let copy_input = scaled || input.buf.overlaps(&output.buf);
         self.start(mode, "reduce_scatter", move |eng| {
             let size = eng.size;
             eng.collective(sig, kernel_op(red.op), |tr, ctx, algos| {
-                // SAFETY: the caller keeps both tensors alive and untouched until completion.
-                let (src, out) = unsafe { (input.buf.as_slice(), output.buf.as_mut_slice()) };
-                let mut scaled;
-                let src = if red.premul.is_some() && red.op == ReduceOp::PremulSum {
-                    scaled = src.to_vec();
-                    red.before(input.dtype, &mut scaled)?;
-                    &scaled[..]
+                let mut staged;
+                let src = if copy_input {
+                    // SAFETY: the caller keeps both tensors alive and untouched until
+                    // completion; no slice of the output exists yet.
+                    staged = unsafe { input.buf.as_slice() }.to_vec();
+                    if scaled {
+                        red.before(input.dtype, &mut staged)?;
+                    }
+                    &staged[..]
                 } else {
-                    src
+                    // SAFETY: as above, and the input shares no byte with the output.
+                    unsafe { input.buf.as_slice() }
                 };
+                // SAFETY: as above; `src` is a copy whenever the two share a byte.
+                let out = unsafe { output.buf.as_mut_slice() };
                 algorithms::reduce_scatter(tr, ctx, src, out, algos)?;
                 red.after(output.dtype, out, size)
             })?;

@@ -18,6 +18,7 @@ pub mod store;
 pub mod tensor;
 #[cfg(test)]
 mod testutil;
+pub mod timeout;
 pub mod transport;
 pub mod types;
 pub mod work;

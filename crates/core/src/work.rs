@@ -13,6 +13,16 @@ use crate::spin::Spin;
 /// Called once with the outcome when the Work completes.
 pub type Callback = Box<dyn FnOnce(&Result<()>) + Send>;
 
+/// The last step of a joined Work (see [`Work::join`]), run once its parts have succeeded.
+pub type Finish = Box<dyn FnOnce() -> Result<()> + Send>;
+
+/// What a joined Work still waits for.
+struct Joining {
+    left: usize,
+    failure: Option<Error>,
+    finish: Option<Finish>,
+}
+
 /// Whatever keeps the Work's buffers alive (e.g. references to Python tensors); dropped when the
 /// Work completes.
 pub type Keepalive = Box<dyn Any + Send>;
@@ -138,10 +148,12 @@ impl Work {
                 Some(d) => match d.checked_duration_since(Instant::now()) {
                     Some(left) => left,
                     None => {
+                        // torch's text (gloo's: "Timed out waiting 1ms for recv ...").
                         return Err(Error::backend(format!(
-                            "Work.wait timed out after {:.3}s; the operation is still in progress",
-                            timeout.unwrap_or_default().as_secs_f64()
-                        )))
+                            "Timed out waiting {}ms for the operation to complete \
+                             (Work.wait; the operation is still in progress)",
+                            timeout.unwrap_or_default().as_millis()
+                        )));
                     }
                 },
             };
@@ -167,6 +179,49 @@ impl Work {
                  (KeyboardInterrupt); destroy the group and create a new one"
             )));
         }
+    }
+
+    /// A Work that completes once every one of `works` has: with the first failure among them,
+    /// else with the outcome of `finish`, run once on the thread that completed the last of
+    /// them (a copy-back that must happen before anyone sees the result). `keep` is held until
+    /// then. A wait interrupted by the user fails the group of the first Work.
+    pub fn join(works: &[Work], finish: Finish, keep: Option<Keepalive>) -> Work {
+        let owner = works.first().and_then(|w| w.inner.owner.clone());
+        let joined = Self::build(keep, owner);
+        if works.is_empty() {
+            joined.complete(finish(), None);
+            return joined;
+        }
+        // A single Work passes on its sender (a receive's source rank).
+        let source = (works.len() == 1).then(|| works[0].clone());
+        let pending = Arc::new(Mutex::new(Joining {
+            left: works.len(),
+            failure: None,
+            finish: Some(finish),
+        }));
+        for w in works {
+            let (pending, joined, source) = (pending.clone(), joined.clone(), source.clone());
+            w.on_complete(Box::new(move |outcome| {
+                let last = {
+                    let mut st = pending.lock().unwrap_or_else(|p| p.into_inner());
+                    if let (Err(e), None) = (outcome, &st.failure) {
+                        st.failure = Some(e.clone());
+                    }
+                    st.left -= 1;
+                    (st.left == 0).then(|| (st.failure.take(), st.finish.take()))
+                };
+                let Some((failure, finish)) = last else {
+                    return;
+                };
+                let outcome = match (failure, finish) {
+                    (Some(e), _) => Err(e),
+                    (None, Some(finish)) => finish(),
+                    (None, None) => Ok(()),
+                };
+                joined.complete(outcome, source.and_then(|s| s.source_rank()));
+            }));
+        }
+        joined
     }
 
     /// Runs `cb` with the outcome when the Work completes, at once if it already has.
@@ -201,6 +256,52 @@ mod tests {
         w.wait(None).unwrap();
         t.join().unwrap();
         assert_eq!(w.source_rank(), Some(3));
+    }
+
+    #[test]
+    fn join_finishes_after_every_part_and_reports_the_first_failure() {
+        let parts = [Work::new(None), Work::new(None)];
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let o = order.clone();
+        let joined = Work::join(
+            &parts,
+            Box::new(move || {
+                o.lock().unwrap().push("finish");
+                Ok(())
+            }),
+            None,
+        );
+        let o = order.clone();
+        joined.on_complete(Box::new(move |_| o.lock().unwrap().push("joined")));
+        parts[1].complete(Ok(()), None);
+        assert!(!joined.is_completed());
+        parts[0].complete(Ok(()), None);
+        joined.wait(None).unwrap();
+        assert_eq!(*order.lock().unwrap(), vec!["finish", "joined"]);
+
+        let parts = [Work::new(None), Work::new(None)];
+        let ran = Arc::new(AtomicBool::new(false));
+        let r = ran.clone();
+        let joined = Work::join(
+            &parts,
+            Box::new(move || {
+                r.store(true, Ordering::SeqCst);
+                Ok(())
+            }),
+            None,
+        );
+        parts[0].complete(Err(Error::backend("first")), None);
+        parts[1].complete(Err(Error::backend("second")), None);
+        let err = joined.wait(None).unwrap_err();
+        assert!(err.to_string().contains("first"), "{err}");
+        assert!(!ran.load(Ordering::SeqCst), "no copy-back after a failure");
+
+        let recv = Work::new(None);
+        let joined = Work::join(std::slice::from_ref(&recv), Box::new(|| Ok(())), None);
+        recv.complete(Ok(()), Some(2));
+        joined.wait(None).unwrap();
+        assert_eq!(joined.source_rank(), Some(2));
+        assert!(Work::join(&[], Box::new(|| Ok(())), None).is_completed());
     }
 
     #[test]

@@ -253,6 +253,19 @@ impl PyCudaGroup {
         self.group.size()
     }
 
+    #[getter]
+    fn timeout(&self) -> f64 {
+        self.group.timeout().as_secs_f64()
+    }
+
+    /// Sets the timeout (seconds) of the CUDA operations issued after this call (and of the
+    /// staging group's); those issued before keep theirs. ValueError for a negative or NaN.
+    fn set_timeout(&self, timeout: f64) -> PyResult<()> {
+        self.group
+            .set_timeout(crate::group::timeout_from_secs(timeout)?);
+        Ok(())
+    }
+
     #[pyo3(signature = (ptr, numel, dtype, op, stream, keep, premul = None))]
     #[allow(clippy::too_many_arguments)]
     fn all_reduce(

@@ -858,7 +858,13 @@ fn ready_method<'py>(
             }
             gathered(st, core, gather, out, inp)?
         }
-        Method::Barrier => Some(Ready::Barrier(core)),
+        Method::Barrier => {
+            // torch's barrier(timeout=...) sets a timeout of the call (unset: negative, -1 ms);
+            // the Python method applies it.
+            let timeout = opts.getattr(intern!(py, "timeout"))?;
+            let days: i64 = timeout.getattr(intern!(py, "days"))?.extract()?;
+            (days < 0).then_some(Ready::Barrier(core))
+        }
     })
 }
 

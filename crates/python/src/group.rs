@@ -49,6 +49,17 @@ fn how(keep: Py<PyAny>, sync: bool) -> Run {
     }
 }
 
+/// A group timeout given in seconds: ValueError for a negative or NaN value; a value past
+/// what a Duration holds (inf) means no timeout to speak of.
+pub(crate) fn timeout_from_secs(secs: f64) -> PyResult<Duration> {
+    if secs.is_nan() || secs < 0.0 {
+        return Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "timeout must be a non-negative number of seconds, got {secs}"
+        )));
+    }
+    Ok(Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX))
+}
+
 /// The Work of an operation started asynchronously, None for a synchronous one.
 fn started(work: Option<rustdist_core::Work>) -> CoreResult<Option<PyWork>> {
     Ok(work.map(PyWork::from))
@@ -106,6 +117,13 @@ impl PyProcessGroup {
     #[getter]
     fn timeout(&self) -> f64 {
         self.pg.timeout().as_secs_f64()
+    }
+
+    /// Sets the timeout (seconds) of the operations issued after this call; those issued
+    /// before keep theirs. Raises ValueError for a negative or NaN value.
+    fn set_timeout(&self, timeout: f64) -> PyResult<()> {
+        self.pg.set_timeout(timeout_from_secs(timeout)?);
+        Ok(())
     }
 
     /// How the ranks reach each other: "shm" (one host), "tcp" (no two on one host, or

@@ -21,6 +21,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<group::PyProcessGroup>()?;
     m.add_function(wrap_pyfunction!(group::selection_table, m)?)?;
     m.add_class::<work::PyWork>()?;
+    m.add_function(wrap_pyfunction!(work::join, m)?)?;
     m.add_function(wrap_pyfunction!(fast::fast_function, m)?)?;
     m.add_function(wrap_pyfunction!(fast::fast_init, m)?)?;
     m.add_function(wrap_pyfunction!(fast::cuda_buffer, m)?)?;

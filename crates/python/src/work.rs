@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
+use rustdist_core::work::{Finish, Keepalive};
 use rustdist_core::Work;
 
 use crate::error::PyDistError;
@@ -18,6 +19,31 @@ impl From<Work> for PyWork {
     fn from(work: Work) -> Self {
         PyWork { work }
     }
+}
+
+/// `_core.join(works, copies, keep)`: one Work for several, done once all are; on success it
+/// first copies each `(source pointer, destination pointer, bytes)` of `copies`, in order (the
+/// staged outputs of a call whose tensors share memory back into place). `keep` holds those
+/// buffers until then.
+#[pyfunction]
+#[pyo3(signature = (works, copies = Vec::new(), keep = None))]
+pub fn join(
+    works: Vec<PyRef<'_, PyWork>>,
+    copies: Vec<(usize, usize, usize)>,
+    keep: Option<Py<PyAny>>,
+) -> PyWork {
+    let works: Vec<Work> = works.iter().map(|w| w.work.clone()).collect();
+    let finish: Finish = Box::new(move || {
+        for (src, dst, len) in copies {
+            // SAFETY: the Python layer passes pointers of live contiguous buffers of `len`
+            // bytes each, which `keep` holds until the joined Work completes; the parts have
+            // completed, so nothing else touches them now. ptr::copy allows overlap.
+            unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len) };
+        }
+        Ok(())
+    });
+    let keep = keep.map(|k| -> Keepalive { Box::new(k) });
+    Work::join(&works, finish, keep).into()
 }
 
 fn error_object(py: Python<'_>, e: &rustdist_core::Error) -> Py<PyAny> {

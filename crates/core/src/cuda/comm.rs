@@ -18,11 +18,13 @@ use rustdist_nccl_sys::{
 
 use super::codes::{self, OpSpec};
 use crate::error::{Error, Result};
+use crate::timeout::Timeout;
 
 pub(crate) struct Comm {
     nccl: &'static Nccl,
     raw: Mutex<NcclComm>,
-    timeout: Duration,
+    /// Bounds each call's settling; the group may change it (see [`Comm::set_timeout`]).
+    timeout: Timeout,
 }
 
 // SAFETY: the handle is only used under `raw`'s lock; NCCL allows a communicator to be used
@@ -66,7 +68,7 @@ impl Comm {
         let comm = Comm {
             nccl,
             raw: Mutex::new(raw),
-            timeout,
+            timeout: Timeout::new(timeout),
         };
         if r != NcclResult::IN_PROGRESS {
             // SAFETY: `raw` is NULL or the communicator just created.
@@ -74,6 +76,11 @@ impl Comm {
         }
         comm.settle(call, Instant::now() + timeout)?;
         Ok(comm)
+    }
+
+    /// Bounds the calls made after this one (the group's timeout changed).
+    pub(crate) fn set_timeout(&self, timeout: Duration) {
+        self.timeout.set(timeout);
     }
 
     fn lock(&self) -> MutexGuard<'_, NcclComm> {
@@ -117,7 +124,7 @@ impl Comm {
                 return Err(Error::backend(format!(
                     "{call} did not complete within the group's timeout ({} ms); the NCCL \
                      communicator was aborted",
-                    self.timeout.as_millis()
+                    self.timeout.get().as_millis()
                 )));
             }
             std::thread::sleep(pause);
@@ -162,8 +169,8 @@ impl Comm {
             })
         };
         // A rank without color gets no communicator: the split is tracked by the parent.
-        let settled =
-            started.and_then(|()| self.settle("ncclCommSplit", Instant::now() + self.timeout));
+        let settled = started
+            .and_then(|()| self.settle("ncclCommSplit", Instant::now() + self.timeout.get()));
         // On an error NCCL may still write into `slot` (aborted or failed): it stays allocated.
         settled?;
         // SAFETY: allocated above; NCCL is done with it once the parent has settled.
@@ -174,9 +181,9 @@ impl Comm {
         let comm = Comm {
             nccl: self.nccl,
             raw: Mutex::new(child),
-            timeout: self.timeout,
+            timeout: Timeout::new(self.timeout.get()),
         };
-        comm.settle("ncclCommSplit", Instant::now() + self.timeout)?;
+        comm.settle("ncclCommSplit", Instant::now() + self.timeout.get())?;
         Ok(Some(comm))
     }
 
@@ -234,7 +241,7 @@ impl Comm {
             ended
         };
         if end == NcclResult::IN_PROGRESS {
-            self.settle(what, Instant::now() + self.timeout)?;
+            self.settle(what, Instant::now() + self.timeout.get())?;
         }
         Ok(())
     }
@@ -263,7 +270,7 @@ impl Comm {
             let settled = match r {
                 NcclResult::SUCCESS => Ok(()),
                 NcclResult::IN_PROGRESS => {
-                    self.settle("ncclCommFinalize", Instant::now() + self.timeout)
+                    self.settle("ncclCommFinalize", Instant::now() + self.timeout.get())
                 }
                 _ => Err(Error::backend("ncclCommFinalize failed")),
             };

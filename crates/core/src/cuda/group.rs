@@ -22,6 +22,7 @@ use crate::error::{Error, Result};
 use crate::group::{Blocks, ProcessGroup, Reduction, Run};
 use crate::store::Store;
 use crate::tensor::{RawBuf, Tensor};
+use crate::timeout::Timeout;
 use crate::types::{CollectiveKind, DType};
 use crate::work::{Keepalive, Work};
 
@@ -215,7 +216,8 @@ struct Inner {
     rank: usize,
     size: usize,
     name: String,
-    timeout: Duration,
+    /// Read once per operation, when it is issued (see [`CudaGroup::set_timeout`]).
+    timeout: Timeout,
     mode: Mode,
     comm: Option<Comm>,
     /// Runs the staged steps; used by nothing else (see [`CudaGroup::new`]).
@@ -347,7 +349,7 @@ impl Inner {
             "CUDA {} (sequence number {}): the copy to host memory",
             op.name, op.seq
         );
-        if let Err(e) = copied.wait(op.start + self.timeout, &what, || self.failure()) {
+        if let Err(e) = copied.wait(op.start + op.timeout, &what, || self.failure()) {
             lock(&self.graveyard).push(Box::new(host));
             return Err(e);
         }
@@ -390,7 +392,7 @@ impl Inner {
                     }
                     None => {
                         let ran = op.start.elapsed();
-                        if broken.is_none() && ran > self.timeout {
+                        if broken.is_none() && ran > op.timeout {
                             broken = Some(Error::backend(format!(
                                 "[Rank {}] Watchdog caught collective operation timeout: CUDA {} \
                                  (sequence number {}) on process group {:?} ran for {} ms, longer \
@@ -401,7 +403,7 @@ impl Inner {
                                 op.seq,
                                 self.name,
                                 ran.as_millis(),
-                                self.timeout.as_millis()
+                                op.timeout.as_millis()
                             )));
                         }
                         true
@@ -589,7 +591,7 @@ impl CudaGroup {
             rank,
             size,
             name: name.to_string(),
-            timeout,
+            timeout: Timeout::new(timeout),
             mode: if comm.is_some() {
                 Mode::Nccl
             } else {
@@ -648,6 +650,22 @@ impl CudaGroup {
         self.inner.size
     }
 
+    /// The timeout operations issued now get.
+    pub fn timeout(&self) -> Duration {
+        self.inner.timeout.get()
+    }
+
+    /// Changes the timeout of the CUDA operations issued after this call (the watchdog's
+    /// bound, from issue to completion), of the NCCL communicator's later calls, and of the
+    /// staging group that runs host-staged steps. Operations issued before keep theirs.
+    pub fn set_timeout(&self, timeout: Duration) {
+        self.inner.timeout.set(timeout);
+        if let Some(comm) = &self.inner.comm {
+            comm.set_timeout(timeout);
+        }
+        self.inner.cpu.set_timeout(timeout);
+    }
+
     /// Enqueues `plan` as operation `name` after the work queued so far on `stream`.
     fn submit(
         &self,
@@ -662,14 +680,15 @@ impl CudaGroup {
         let _device = DeviceGuard::set(inner.rt, inner.device)?;
         let ready = Event::record(inner.rt, stream as CudaStream)?;
         let seq = inner.seq.fetch_add(1, Ordering::Relaxed) + 1;
-        let op = OpState::new(seq, name, source);
+        let timeout = inner.timeout.get();
+        let op = OpState::new(seq, name, source, timeout);
         let work = Work::new(keep);
         let handle = CudaWork {
             op: op.clone(),
             work: work.clone(),
             rt: inner.rt,
             device: inner.device,
-            timeout: inner.timeout,
+            timeout,
         };
         let mut q = lock(&inner.queue);
         if q.closed {

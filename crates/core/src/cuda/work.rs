@@ -19,6 +19,9 @@ pub(crate) struct OpState {
     pub(crate) seq: u64,
     pub(crate) name: &'static str,
     pub(crate) start: Instant,
+    /// The group's timeout when the operation was issued: it must finish within this of
+    /// `start` (a later change of the group's timeout does not touch it).
+    pub(crate) timeout: Duration,
     /// Set once the GPU work is enqueued: the event recorded after it, or why it never will be.
     launched: Mutex<Option<Result<Arc<Event>>>>,
     launched_cond: Condvar,
@@ -29,11 +32,17 @@ pub(crate) struct OpState {
 }
 
 impl OpState {
-    pub(crate) fn new(seq: u64, name: &'static str, source: Option<usize>) -> Arc<OpState> {
+    pub(crate) fn new(
+        seq: u64,
+        name: &'static str,
+        source: Option<usize>,
+        timeout: Duration,
+    ) -> Arc<OpState> {
         Arc::new(OpState {
             seq,
             name,
             start: Instant::now(),
+            timeout,
             launched: Mutex::new(None),
             launched_cond: Condvar::new(),
             source: Mutex::new(source),

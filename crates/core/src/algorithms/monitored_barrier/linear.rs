@@ -66,14 +66,20 @@ pub fn monitored_barrier(
         drive(t, arrive, deadline)?;
         let verdict = vec![P2p::Recv(0, tag + 1, RawBuf::from_mut_slice(&mut flag))];
         let outcome = drive(t, verdict, deadline.max(Instant::now() + grace))?;
+        // gloo's text for both failures, then what rank 0 said or did not say.
+        let failed = format!(
+            "[Rank {rank}]: Rank {rank} successfully reached monitoredBarrier, but received \
+             errors while waiting for send/recv from rank 0"
+        );
         return match (&outcome[0], flag[0]) {
             (Ok(_), 0) => Ok(()),
             (Ok(_), _) => Err(Error::backend(format!(
-                "[Rank {rank}]: monitored_barrier failed on rank 0: another rank did not arrive in {} ms",
+                "{failed}: monitored_barrier failed on rank 0, another rank did not arrive in {} \
+                 ms",
                 timeout.as_millis()
             ))),
             (Err(_), _) => Err(Error::backend(format!(
-                "[Rank {rank}]: Rank 0 did not complete monitoredBarrier in {} ms (Timed out)",
+                "{failed}: Rank 0 did not complete monitoredBarrier in {} ms (Timed out)",
                 timeout.as_millis()
             ))),
         };
@@ -112,7 +118,8 @@ pub fn monitored_barrier(
             Err(Error::backend(format!(
             "[Rank 0]: Rank{} {} failed to pass monitoredBarrier in {ms} ms (Rank 0 timed out in \
              monitoredBarrier after {ms} ms. Successfully processed ranks: {})",
-            if shown.len() > 1 { "s" } else { "" },
+            // gloo says "Ranks" whenever it waited for all ranks, even for one.
+            if wait_all_ranks || shown.len() > 1 { "s" } else { "" },
             shown.join(", "),
             if processed.is_empty() { "none".to_string() } else { processed.join(", ") },
             ms = timeout.as_millis()

@@ -356,6 +356,7 @@ impl Transport for MeshTransport {
                         off: 0,
                         ticket: 0,
                         done: None,
+                        owned: None,
                     };
                     tickets.push((*peer, self.queue(*peer, frame)?));
                     continue;
@@ -423,13 +424,19 @@ impl Transport for MeshTransport {
             }
             return;
         }
-        let frame = OutFrame {
+        let mut frame = OutFrame {
             header,
             data,
             off: 0,
             ticket: 0,
             done: Some((done, deadline)),
+            owned: None,
         };
+        // A send reads its tensor as it is now, even where a receive posted earlier will write
+        // (a buffer used twice in one batch_isend_irecv, which torch posts op by op).
+        if self.posted.iter().any(|r| r.buf.overlaps(&data)) {
+            frame.detach();
+        }
         if let Err(e) = self.queue(peer, frame) {
             self.fail(e);
         }
@@ -449,6 +456,14 @@ impl Transport for MeshTransport {
         };
         if let Err(e) = self.check_failed().and(valid) {
             return done(Err(e));
+        }
+        // A queued send of these bytes sends them as they were when it was posted.
+        for peer in self.peers.iter_mut().flatten() {
+            for frame in peer.txq.iter_mut() {
+                if frame.done.is_some() && frame.data.overlaps(&buf) {
+                    frame.detach();
+                }
+            }
         }
         let id = self.next_id;
         self.next_id += 1;

@@ -183,3 +183,50 @@ fn frames_sent_ahead_wait_in_the_link_and_stream_into_their_receive() {
         assert!(peer.collective.is_empty() && peer.spare.is_empty());
     }
 }
+
+#[test]
+fn a_queued_send_keeps_its_bytes_when_a_receive_is_posted_over_them() {
+    let [mut sender, mut receiver] = connect_pair("detach");
+    let deadline = Instant::now() + TIMEOUT;
+    // Two sends of one buffer: the first queued before a receive is posted over the buffer,
+    // the second after. Nothing is flushed until the first pump, and the buffer is then
+    // overwritten, as an arriving frame would: both must still carry the bytes posted.
+    let mut shared: Vec<u8> = (0..4096).map(|b| (b % 251) as u8).collect();
+    let original = shared.clone();
+    let (tx, rx) = mpsc::channel();
+    // SAFETY: `shared` outlives every operation below, each driven to completion here.
+    let buf = unsafe { RawBuf::new(shared.as_mut_ptr(), shared.len()) };
+    let done = |tx: &mpsc::Sender<crate::Result<usize>>| {
+        let tx = tx.clone();
+        Box::new(move |r| drop(tx.send(r)))
+    };
+    sender.post_send(1, 1, buf, deadline, done(&tx));
+    sender.post_recv(Some(1), 9, buf, deadline, done(&tx));
+    sender.post_send(1, 2, buf, deadline, done(&tx));
+    shared.iter_mut().for_each(|b| *b = 0);
+    let mut got = [vec![0u8; 4096], vec![0u8; 4096]];
+    let (rtx, rrx) = mpsc::channel();
+    for (i, g) in got.iter_mut().enumerate() {
+        // SAFETY: `got` outlives the receives, driven to completion below.
+        let into = unsafe { RawBuf::new(g.as_mut_ptr(), g.len()) };
+        receiver.post_recv(Some(0), i as i64 + 1, into, deadline, done(&rtx));
+    }
+    let mut reply = vec![0xab_u8; 4096];
+    // SAFETY: `reply` outlives the send, driven to completion below.
+    let reply_buf = unsafe { RawBuf::new(reply.as_mut_ptr(), reply.len()) };
+    receiver.post_send(0, 9, reply_buf, deadline, done(&rtx));
+    std::thread::scope(|s| {
+        let sender = &mut sender;
+        s.spawn(move || drive(sender, &rx, 3));
+        drive(&mut receiver, &rrx, 3);
+    });
+    assert!(
+        got[0] == original,
+        "the send queued before the receive carried overwritten bytes"
+    );
+    assert!(
+        got[1] == original,
+        "the send posted over a pending receive carried later bytes"
+    );
+    assert!(shared == reply, "the receive lands in the buffer");
+}

@@ -20,6 +20,23 @@ pub(super) struct OutFrame {
     pub(super) ticket: u64,
     /// Completion of a point-to-point send, with its deadline.
     pub(super) done: Option<(P2pDone, Instant)>,
+    /// The payload's own copy, once it has been detached from the caller's memory.
+    pub(super) owned: Option<Vec<u8>>,
+}
+
+impl OutFrame {
+    /// Sends a copy of the payload from here on: the caller's memory is about to be written
+    /// (a receive posted over it) while the send is still queued.
+    pub(super) fn detach(&mut self) {
+        if self.owned.is_some() {
+            return;
+        }
+        // SAFETY: the frame's owner keeps the payload alive until it is flushed (see above).
+        let mut copy = unsafe { self.data.as_slice() }.to_vec();
+        // The Vec's heap buffer stays put when the Vec moves into the frame.
+        self.data = RawBuf::from_mut_slice(&mut copy);
+        self.owned = Some(copy);
+    }
 }
 
 impl MeshTransport {
