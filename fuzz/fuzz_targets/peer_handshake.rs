@@ -1,5 +1,5 @@
-//! The peer handshake's messages (tcp.rs): any bytes either fail to decode as a hello or a
-//! reply, or decode to one that survives encoding and decoding again.
+//! The peer handshake's messages (transport/tcp/handshake.rs): any bytes either fail to decode
+//! as a hello or a reply, or decode to one that survives encoding and decoding again.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

@@ -44,4 +44,34 @@ impl Error {
     pub fn store(msg: impl Into<String>) -> Self {
         Error::Store(msg.into())
     }
+
+    /// The same error with `context` in front of its message (`"{context}: {message}"`),
+    /// keeping its variant, so the same Python exception. [`Error::Interrupted`] carries no
+    /// message and stays as it is.
+    pub fn context(self, context: &str) -> Error {
+        let wrap = |m: String| format!("{context}: {m}");
+        match self {
+            Error::InvalidArgument(m) => Error::InvalidArgument(wrap(m)),
+            Error::Type(m) => Error::Type(wrap(m)),
+            Error::Runtime(m) => Error::Runtime(wrap(m)),
+            Error::Store(m) => Error::Store(wrap(m)),
+            Error::Network(m) => Error::Network(wrap(m)),
+            Error::Backend(m) => Error::Backend(wrap(m)),
+            Error::Interrupted => Error::Interrupted,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn context_keeps_the_error_kind() {
+        let e = Error::network("peer 1 hung up").context("[Rank 0] CUDA all_reduce");
+        assert_eq!(
+            e,
+            Error::network("[Rank 0] CUDA all_reduce: peer 1 hung up")
+        );
+    }
 }

@@ -4,10 +4,9 @@
 
 use std::ops::Range;
 
-use crate::algorithms::select::SingleCopy;
 use crate::error::{Error, Result};
 use crate::reduce::reduce_into;
-use crate::transport::workspace::{INLINE_BYTES, SLOT_BYTES};
+use crate::transport::workspace::{SingleCopy, INLINE_BYTES, SLOT_BYTES};
 use crate::transport::{Op, OpCtx, Peers, SharedMemory, Transport};
 
 /// Elements `[start, end)` of part `i` when `numel` elements are split into `parts` parts whose

@@ -1,76 +1,32 @@
 //! `CudaGroup`: the CUDA operations of one process group on one device (see the module docs
-//! for what runs on NCCL and what is staged through host memory).
+//! for what runs on NCCL and what is staged through host memory). Each operation validates its
+//! arguments, routes itself (NCCL or host-staged), builds its plan from [`super::nccl_calls`]
+//! or [`super::staged`] and submits it to the engine ([`super::engine`]).
 
-use std::any::Any;
-use std::collections::VecDeque;
-use std::ffi::{c_char, c_int, c_void, CStr};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::ffi::{c_char, CStr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use rustdist_nccl_sys::{
-    CudaMemcpyKind, CudaStream, Cudart, Nccl, NcclComm, NcclDataType, NcclRedOp, NcclResult,
-    NcclUniqueId,
-};
+use rustdist_nccl_sys::{Cudart, Nccl, NcclDataType, NcclRedOp, NcclUniqueId};
 
 use super::codes::{self, OpSpec, Route, BYTES};
 use super::comm::Comm;
-use super::rt::{DeviceGuard, DeviceMem, Event, Lease, PinnedPool, Stream};
-use super::work::{CudaWork, OpState};
+use super::engine::{lock, Inner, NcclBody, Plan};
+use super::nccl_calls;
+use super::rt::DeviceGuard;
+use super::staged::{
+    staged_all_gather, staged_all_reduce, staged_barrier, staged_broadcast, staged_exchange,
+    staged_p2p, staged_recv_any, staged_reduce, staged_reduce_scatter, Staged,
+};
+use super::types::{DevTensor, Mode, P2pOp};
+use super::work::CudaWork;
 use crate::error::{Error, Result};
-use crate::group::{Blocks, ProcessGroup, Reduction, Run};
+use crate::group::{ProcessGroup, Reduction};
 use crate::store::Store;
-use crate::tensor::{RawBuf, Tensor};
-use crate::timeout::Timeout;
 use crate::types::{CollectiveKind, DType};
-use crate::work::{Keepalive, Work};
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// A contiguous CUDA tensor: device address, dtype and element count. Never dereferenced on
-/// the host.
-#[derive(Debug, Clone, Copy)]
-pub struct DevTensor {
-    pub ptr: usize,
-    pub dtype: DType,
-    pub numel: usize,
-}
-
-impl DevTensor {
-    pub fn nbytes(&self) -> usize {
-        self.numel * self.dtype.size()
-    }
-
-    /// Elements `[start, start + numel)` of this tensor.
-    fn slice(&self, start: usize, numel: usize) -> DevTensor {
-        DevTensor {
-            ptr: self.ptr + start * self.dtype.size(),
-            dtype: self.dtype,
-            numel,
-        }
-    }
-}
-
-/// One transfer of a batched send/recv (torch's `P2POp`).
-#[derive(Debug, Clone, Copy)]
-pub struct P2pOp {
-    pub send: bool,
-    pub peer: usize,
-    pub tensor: DevTensor,
-    pub tag: i64,
-}
-
-/// How the group's operations run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    /// Every rank has its own GPU: an NCCL communicator.
-    Nccl,
-    /// Some ranks share a GPU: everything goes through host memory and the CPU engine.
-    Staged,
-}
+use crate::work::Keepalive;
 
 /// A member's side of [`CudaGroup::split`]: what [`CudaGroup::new`] takes for the subgroup.
 pub struct SplitArgs {
@@ -80,92 +36,6 @@ pub struct SplitArgs {
     pub size: usize,
     pub name: String,
     pub timeout: Duration,
-}
-
-/// The NCCL calls of one operation, made inside `Comm::launch`.
-type NcclBody =
-    Box<dyn FnOnce(&'static Nccl, NcclComm, NcclRedOp, CudaStream) -> Result<()> + Send>;
-
-/// The CPU part of a staged operation, given the staging buffer's address; returns the source
-/// rank of a receive.
-type Step = Box<dyn FnOnce(usize) -> Result<Option<usize>> + Send>;
-
-/// A copy between a device range and the staging buffer (at `host` bytes from its start).
-struct HostCopy {
-    dev: usize,
-    host: usize,
-    len: usize,
-}
-
-impl HostCopy {
-    /// All of `t`, at `host` in the staging buffer.
-    fn of(t: &DevTensor, host: usize) -> HostCopy {
-        HostCopy {
-            dev: t.ptr,
-            host,
-            len: t.nbytes(),
-        }
-    }
-}
-
-enum Plan {
-    Nccl {
-        dtype: NcclDataType,
-        op: OpSpec,
-        body: NcclBody,
-    },
-    Staged {
-        host_bytes: usize,
-        to_host: Vec<HostCopy>,
-        from_host: Vec<HostCopy>,
-        step: Step,
-    },
-}
-
-/// Places blocks in the staging buffer, 64-byte aligned (the CPU kernels' fast path).
-#[derive(Default)]
-struct Layout {
-    bytes: usize,
-}
-
-impl Layout {
-    fn add(&mut self, len: usize) -> usize {
-        let at = self.bytes.next_multiple_of(64);
-        self.bytes = at + len;
-        at
-    }
-}
-
-/// A CPU-engine view of `numel` elements at `base + off` in the staging buffer.
-fn host_tensor(base: usize, off: usize, dtype: DType, numel: usize) -> Tensor {
-    // SAFETY: the staging lease outlives the step, which waits for every CPU Work it starts;
-    // nothing else touches the buffer meanwhile.
-    unsafe { Tensor::new((base + off) as *mut u8, dtype, numel) }
-}
-
-/// Waits for a CPU Work; its source rank (receives).
-fn finish_cpu(work: Result<Work>) -> Result<Option<usize>> {
-    let work = work?;
-    work.wait(None)?;
-    Ok(work.source_rank())
-}
-
-/// The outcome of a CPU collective run synchronously ([`Run::Sync`]).
-fn sync_cpu(done: Result<Option<Work>>) -> Result<Option<usize>> {
-    done.map(|_| None)
-}
-
-/// `Ok` for success and ncclInProgress (settled at ncclGroupEnd), else NCCL's error.
-fn nccl_ok(nccl: &Nccl, r: NcclResult, call: &'static str, comm: NcclComm) -> Result<()> {
-    if r == NcclResult::IN_PROGRESS {
-        return Ok(());
-    }
-    // SAFETY: called only inside `Comm::launch`, which holds the live communicator's lock.
-    Ok(unsafe { nccl.check_comm(r, call, comm) }?)
-}
-
-fn int(v: usize) -> c_int {
-    v as c_int
 }
 
 fn hostname() -> String {
@@ -179,321 +49,6 @@ fn hostname() -> String {
     unsafe { CStr::from_ptr(buf.as_ptr()) }
         .to_string_lossy()
         .into_owned()
-}
-
-/// The same error with `context` in front.
-fn context(e: Error, context: &str) -> Error {
-    let wrap = |m: String| format!("{context}: {m}");
-    match e {
-        Error::InvalidArgument(m) => Error::InvalidArgument(wrap(m)),
-        Error::Type(m) => Error::Type(wrap(m)),
-        Error::Runtime(m) => Error::Runtime(wrap(m)),
-        Error::Store(m) => Error::Store(wrap(m)),
-        Error::Network(m) => Error::Network(wrap(m)),
-        Error::Backend(m) => Error::Backend(wrap(m)),
-        Error::Interrupted => Error::Interrupted,
-    }
-}
-
-struct Job {
-    op: Arc<OpState>,
-    work: Work,
-    ready: Event,
-    plan: Plan,
-}
-
-#[derive(Default)]
-struct Queue {
-    jobs: VecDeque<Job>,
-    /// The helper thread has (or is running) jobs: new operations queue behind them.
-    busy: bool,
-    closed: bool,
-}
-
-struct Inner {
-    rt: &'static Cudart,
-    device: i32,
-    rank: usize,
-    size: usize,
-    name: String,
-    /// Read once per operation, when it is issued (see [`CudaGroup::set_timeout`]).
-    timeout: Timeout,
-    mode: Mode,
-    comm: Option<Comm>,
-    /// Runs the staged steps; used by nothing else (see [`CudaGroup::new`]).
-    cpu: Arc<ProcessGroup>,
-    stream: Stream,
-    pool: Arc<PinnedPool>,
-    /// The barrier's one-element buffer (NCCL mode).
-    scratch: Option<DeviceMem>,
-    seq: AtomicU64,
-    queue: Mutex<Queue>,
-    queue_cond: Condvar,
-    pending: Mutex<Vec<(Arc<OpState>, Work)>>,
-    pending_cond: Condvar,
-    /// The error that broke the group (sticky: every later operation fails with it).
-    failed: Mutex<Option<Error>>,
-    stopping: AtomicBool,
-    /// Staging buffers of failed operations, which the device may still be copying.
-    graveyard: Mutex<Vec<Box<dyn Any + Send>>>,
-}
-
-impl Inner {
-    fn failure(&self) -> Option<Error> {
-        lock(&self.failed).clone()
-    }
-
-    fn check(&self) -> Result<()> {
-        self.failure().map_or(Ok(()), Err)
-    }
-
-    fn finish(&self, op: &OpState, work: &Work, outcome: Result<()>) {
-        if let Some(held) = op.finish(work, outcome) {
-            lock(&self.graveyard).push(held);
-        }
-    }
-
-    /// Breaks the group: aborts the communicator and fails every pending operation with `e`
-    /// (the first error wins).
-    fn fail(&self, e: Error) {
-        let e = {
-            let mut failed = lock(&self.failed);
-            failed.get_or_insert(e).clone()
-        };
-        if let Some(comm) = &self.comm {
-            comm.abort();
-        }
-        let pending: Vec<_> = lock(&self.pending).drain(..).collect();
-        for (op, work) in pending {
-            op.set_launched(Err(e.clone()));
-            self.finish(&op, &work, Err(e.clone()));
-        }
-    }
-
-    /// Runs `job` on this thread (the caller's, or the helper's).
-    fn run(&self, job: Job) -> Result<()> {
-        let Job {
-            op,
-            work,
-            ready,
-            plan,
-        } = job;
-        let launched = self.check().and_then(|()| match plan {
-            Plan::Nccl {
-                dtype,
-                op: spec,
-                body,
-            } => self.run_nccl(&op, &ready, dtype, spec, body),
-            Plan::Staged {
-                host_bytes,
-                to_host,
-                from_host,
-                step,
-            } => self.run_staged(&op, &ready, host_bytes, to_host, from_host, step),
-        });
-        match launched {
-            Ok(end) => {
-                op.set_launched(Ok(end));
-                Ok(())
-            }
-            Err(e) => {
-                op.set_launched(Err(e.clone()));
-                self.finish(&op, &work, Err(e.clone()));
-                Err(e)
-            }
-        }
-    }
-
-    fn run_nccl(
-        &self,
-        op: &OpState,
-        ready: &Event,
-        dtype: NcclDataType,
-        spec: OpSpec,
-        body: NcclBody,
-    ) -> Result<Arc<Event>> {
-        let comm = self
-            .comm
-            .as_ref()
-            .ok_or_else(|| Error::Runtime("this CUDA group has no NCCL communicator".into()))?;
-        self.stream.wait(ready)?;
-        let stream = self.stream.raw;
-        comm.launch(op.name, dtype, spec, |nccl, raw, red_op| {
-            body(nccl, raw, red_op, stream)
-        })?;
-        Ok(Arc::new(Event::record(self.rt, stream)?))
-    }
-
-    fn run_staged(
-        &self,
-        op: &OpState,
-        ready: &Event,
-        host_bytes: usize,
-        to_host: Vec<HostCopy>,
-        from_host: Vec<HostCopy>,
-        step: Step,
-    ) -> Result<Arc<Event>> {
-        self.stream.wait(ready)?;
-        let host: Lease = self.pool.take(host_bytes)?;
-        let base = host.addr();
-        for c in &to_host {
-            // SAFETY: the device range is kept alive by the Work's keepalive, the host range
-            // by `host`, which is buried below if the copy may still be running.
-            unsafe {
-                self.stream
-                    .copy(base + c.host, c.dev, c.len, CudaMemcpyKind::DEVICE_TO_HOST)
-            }?;
-        }
-        let copied = Event::record(self.rt, self.stream.raw)?;
-        let what = format!(
-            "CUDA {} (sequence number {}): the copy to host memory",
-            op.name, op.seq
-        );
-        if let Err(e) = copied.wait(op.start + op.timeout, &what, || self.failure()) {
-            lock(&self.graveyard).push(Box::new(host));
-            return Err(e);
-        }
-        let source = step(base)?;
-        // Under the failure lock: a group that fails meanwhile releases the tensors, so no copy
-        // into them may be enqueued after that.
-        let failed = lock(&self.failed);
-        if let Some(e) = failed.clone() {
-            return Err(e);
-        }
-        for c in &from_host {
-            // SAFETY: as above; the copy reads `host`, which the op holds until it completes.
-            unsafe {
-                self.stream
-                    .copy(c.dev, base + c.host, c.len, CudaMemcpyKind::HOST_TO_DEVICE)
-            }?;
-        }
-        let end = Event::record(self.rt, self.stream.raw)?;
-        drop(failed);
-        op.set_source(source);
-        op.hold(Box::new(host));
-        Ok(Arc::new(end))
-    }
-
-    /// One watchdog pass: completes finished operations, fails the group on a timeout, a
-    /// device error or an NCCL error. Returns (anything pending, anything completed).
-    fn poll(&self) -> (bool, bool) {
-        let mut finished = Vec::new();
-        let mut broken: Option<Error> = None;
-        let left = {
-            let mut pending = lock(&self.pending);
-            pending.retain(|(op, work)| {
-                if work.is_completed() {
-                    return false;
-                }
-                match op.device_done() {
-                    Some(outcome) => {
-                        finished.push((op.clone(), work.clone(), outcome));
-                        false
-                    }
-                    None => {
-                        let ran = op.start.elapsed();
-                        if broken.is_none() && ran > op.timeout {
-                            broken = Some(Error::backend(format!(
-                                "[Rank {}] Watchdog caught collective operation timeout: CUDA {} \
-                                 (sequence number {}) on process group {:?} ran for {} ms, longer \
-                                 than the group's timeout of {} ms; the NCCL communicator was \
-                                 aborted and every pending CUDA operation failed",
-                                self.rank,
-                                op.name,
-                                op.seq,
-                                self.name,
-                                ran.as_millis(),
-                                op.timeout.as_millis()
-                            )));
-                        }
-                        true
-                    }
-                }
-            });
-            !pending.is_empty()
-        };
-        let progressed = !finished.is_empty();
-        for (op, work, outcome) in finished {
-            if let Err(e) = &outcome {
-                broken.get_or_insert_with(|| {
-                    context(e.clone(), &format!("[Rank {}] CUDA {}", self.rank, op.name))
-                });
-            }
-            self.finish(&op, &work, outcome);
-        }
-        if broken.is_none() && self.failure().is_none() {
-            if let Some(e) = self.comm.as_ref().and_then(Comm::async_error) {
-                broken = Some(context(
-                    e,
-                    &format!(
-                        "[Rank {}] the NCCL communicator of process group {:?} failed \
-                         (every pending CUDA operation was aborted)",
-                        self.rank, self.name
-                    ),
-                ));
-            }
-        }
-        if let Some(e) = broken {
-            self.fail(e);
-        }
-        (left, progressed)
-    }
-}
-
-fn helper_thread(inner: Arc<Inner>) {
-    // The helper's own thread: set its device once.
-    // SAFETY: plain call with a device ordinal validated at construction.
-    let _ = unsafe { (inner.rt.set_device)(inner.device) };
-    loop {
-        let job = {
-            let mut q = lock(&inner.queue);
-            loop {
-                if let Some(job) = q.jobs.pop_front() {
-                    break job;
-                }
-                q.busy = false;
-                inner.queue_cond.notify_all();
-                if q.closed {
-                    return;
-                }
-                q = inner.queue_cond.wait(q).unwrap_or_else(|p| p.into_inner());
-            }
-        };
-        // Its error is already the Work's outcome.
-        let _ = inner.run(job);
-    }
-}
-
-fn watchdog_thread(inner: Arc<Inner>) {
-    // SAFETY: plain call with a device ordinal validated at construction.
-    let _ = unsafe { (inner.rt.set_device)(inner.device) };
-    let mut pause = Duration::from_micros(20);
-    loop {
-        let (left, progressed) = inner.poll();
-        if progressed {
-            pause = Duration::from_micros(20);
-        }
-        if left {
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(1));
-            continue;
-        }
-        let pending = lock(&inner.pending);
-        if !pending.is_empty() {
-            continue;
-        }
-        if inner.stopping.load(Ordering::Acquire) {
-            return;
-        }
-        // Idle: wake for new work, and now and then to notice a communicator error.
-        drop(
-            inner
-                .pending_cond
-                .wait_timeout(pending, Duration::from_millis(100))
-                .unwrap_or_else(|p| p.into_inner()),
-        );
-        pause = Duration::from_micros(20);
-    }
 }
 
 /// The CUDA side of a process group on one device. Construction is collective over the
@@ -580,56 +135,10 @@ impl CudaGroup {
         timeout: Duration,
         comm: Option<Comm>,
     ) -> Result<CudaGroup> {
-        let _device = DeviceGuard::set(rt, device)?;
-        let scratch = match comm {
-            Some(_) => Some(DeviceMem::new(rt, 4)?),
-            None => None,
-        };
-        let inner = Arc::new(Inner {
-            rt,
-            device,
-            rank,
-            size,
-            name: name.to_string(),
-            timeout: Timeout::new(timeout),
-            mode: if comm.is_some() {
-                Mode::Nccl
-            } else {
-                Mode::Staged
-            },
-            comm,
-            cpu,
-            stream: Stream::new(rt)?,
-            pool: PinnedPool::new(rt),
-            scratch,
-            seq: AtomicU64::new(0),
-            queue: Mutex::new(Queue::default()),
-            queue_cond: Condvar::new(),
-            pending: Mutex::new(Vec::new()),
-            pending_cond: Condvar::new(),
-            failed: Mutex::new(None),
-            stopping: AtomicBool::new(false),
-            graveyard: Mutex::new(Vec::new()),
-        });
-        let spawn = |what: &str, f: fn(Arc<Inner>)| {
-            let inner = inner.clone();
-            std::thread::Builder::new()
-                .name(format!("rustdist-cuda-{what}-{rank}"))
-                .spawn(move || f(inner))
-                .map_err(|e| Error::Runtime(format!("cannot start the CUDA {what} thread: {e}")))
-        };
-        let helper = spawn("helper", helper_thread)?;
-        let watchdog = match spawn("watchdog", watchdog_thread) {
-            Ok(w) => w,
-            Err(e) => {
-                lock(&inner.queue).closed = true;
-                inner.queue_cond.notify_all();
-                return Err(e);
-            }
-        };
+        let (inner, threads) = Inner::start(cpu, rt, device, rank, size, name, timeout, comm)?;
         Ok(CudaGroup {
             inner,
-            threads: Mutex::new(vec![helper, watchdog]),
+            threads: Mutex::new(threads),
             closed: AtomicBool::new(false),
         })
     }
@@ -675,45 +184,7 @@ impl CudaGroup {
         keep: Option<Keepalive>,
         plan: Plan,
     ) -> Result<CudaWork> {
-        let inner = &self.inner;
-        inner.check()?;
-        let _device = DeviceGuard::set(inner.rt, inner.device)?;
-        let ready = Event::record(inner.rt, stream as CudaStream)?;
-        let seq = inner.seq.fetch_add(1, Ordering::Relaxed) + 1;
-        let timeout = inner.timeout.get();
-        let op = OpState::new(seq, name, source, timeout);
-        let work = Work::new(keep);
-        let handle = CudaWork {
-            op: op.clone(),
-            work: work.clone(),
-            rt: inner.rt,
-            device: inner.device,
-            timeout,
-        };
-        let mut q = lock(&inner.queue);
-        if q.closed {
-            return Err(Error::Runtime(
-                "the CUDA process group has been shut down; create a new one".into(),
-            ));
-        }
-        lock(&inner.pending).push((op.clone(), work.clone()));
-        inner.pending_cond.notify_all();
-        let job = Job {
-            op,
-            work,
-            ready,
-            plan,
-        };
-        if !q.busy && matches!(job.plan, Plan::Nccl { .. }) {
-            // Launched here, under the queue lock: one thread at a time uses the communicator,
-            // and the stream order is the call order.
-            inner.run(job)?;
-        } else {
-            q.busy = true;
-            q.jobs.push_back(job);
-            inner.queue_cond.notify_all();
-        }
-        Ok(handle)
+        self.inner.submit(name, source, stream, keep, plan)
     }
 
     fn nccl_plan(&self, dtype: NcclDataType, op: OpSpec, body: NcclBody) -> Plan {
@@ -728,18 +199,8 @@ impl CudaGroup {
         }
     }
 
-    fn staged(
-        layout: Layout,
-        to_host: Vec<HostCopy>,
-        from_host: Vec<HostCopy>,
-        step: Step,
-    ) -> Plan {
-        Plan::Staged {
-            host_bytes: layout.bytes,
-            to_host,
-            from_host,
-            step,
-        }
+    fn staged(plan: Staged) -> Plan {
+        Plan::Staged(plan)
     }
 
     fn check_rank(&self, what: &str, r: usize) -> Result<()> {
@@ -774,33 +235,9 @@ impl CudaGroup {
             Route::Nccl(r) => self.nccl_plan(
                 r.dtype,
                 r.op,
-                Box::new(move |nccl, comm, op, s| {
-                    let ptr = t.ptr as *mut c_void;
-                    let count = t.numel * r.per_element;
-                    // SAFETY: `t` is a live device tensor (kept by the Work) of `count` NCCL
-                    // elements; in place, as NCCL allows.
-                    let res = unsafe { (nccl.all_reduce)(ptr, ptr, count, r.dtype, op, comm, s) };
-                    nccl_ok(nccl, res, "ncclAllReduce", comm)
-                }),
+                Box::new(move |nccl, comm, op, s| nccl_calls::all_reduce(nccl, comm, op, s, t, r)),
             ),
-            Route::Staged => {
-                let cpu = self.inner.cpu.clone();
-                let mut layout = Layout::default();
-                let at = layout.add(t.nbytes());
-                let copy = || vec![HostCopy::of(&t, at)];
-                Self::staged(
-                    layout,
-                    copy(),
-                    copy(),
-                    Box::new(move |base| {
-                        sync_cpu(cpu.all_reduce(
-                            host_tensor(base, at, t.dtype, t.numel),
-                            red,
-                            Run::Sync,
-                        ))
-                    }),
-                )
-            }
+            Route::Staged => Self::staged(staged_all_reduce(self.inner.cpu.clone(), t, red)),
         };
         self.submit("all_reduce", None, stream, keep, plan)
     }
@@ -820,34 +257,16 @@ impl CudaGroup {
                 r.dtype,
                 r.op,
                 Box::new(move |nccl, comm, op, s| {
-                    let ptr = t.ptr as *mut c_void;
-                    let count = t.numel * r.per_element;
-                    // SAFETY: as for all_reduce; NCCL writes only the root's buffer.
-                    let res =
-                        unsafe { (nccl.reduce)(ptr, ptr, count, r.dtype, op, int(root), comm, s) };
-                    nccl_ok(nccl, res, "ncclReduce", comm)
+                    nccl_calls::reduce(nccl, comm, op, s, t, r, root)
                 }),
             ),
-            Route::Staged => {
-                let cpu = self.inner.cpu.clone();
-                let mut layout = Layout::default();
-                let at = layout.add(t.nbytes());
-                let copy = || vec![HostCopy::of(&t, at)];
-                let back = if self.inner.rank == root {
-                    copy()
-                } else {
-                    Vec::new()
-                };
-                Self::staged(
-                    layout,
-                    copy(),
-                    back,
-                    Box::new(move |base| {
-                        let h = host_tensor(base, at, t.dtype, t.numel);
-                        sync_cpu(cpu.reduce(h, root, red, Run::Sync))
-                    }),
-                )
-            }
+            Route::Staged => Self::staged(staged_reduce(
+                self.inner.cpu.clone(),
+                t,
+                self.inner.rank,
+                root,
+                red,
+            )),
         };
         self.submit("reduce", None, stream, keep, plan)
     }
@@ -863,35 +282,14 @@ impl CudaGroup {
         self.check_rank("broadcast root", root)?;
         let plan = match self.inner.mode {
             Mode::Nccl => Self::data_plan(Box::new(move |nccl, comm, _, s| {
-                let ptr = t.ptr as *mut c_void;
-                // SAFETY: `t` is a live device tensor of nbytes bytes; in place.
-                let res =
-                    unsafe { (nccl.broadcast)(ptr, ptr, t.nbytes(), BYTES, int(root), comm, s) };
-                nccl_ok(nccl, res, "ncclBroadcast", comm)
+                nccl_calls::broadcast(nccl, comm, s, t, root)
             })),
-            Mode::Staged => {
-                let cpu = self.inner.cpu.clone();
-                let mut layout = Layout::default();
-                let at = layout.add(t.nbytes());
-                let copy = vec![HostCopy::of(&t, at)];
-                let (to, back) = if self.inner.rank == root {
-                    (copy, Vec::new())
-                } else {
-                    (Vec::new(), copy)
-                };
-                Self::staged(
-                    layout,
-                    to,
-                    back,
-                    Box::new(move |base| {
-                        sync_cpu(cpu.broadcast(
-                            host_tensor(base, at, t.dtype, t.numel),
-                            root,
-                            Run::Sync,
-                        ))
-                    }),
-                )
-            }
+            Mode::Staged => Self::staged(staged_broadcast(
+                self.inner.cpu.clone(),
+                t,
+                self.inner.rank,
+                root,
+            )),
         };
         self.submit("broadcast", None, stream, keep, plan)
     }
@@ -926,64 +324,11 @@ impl CudaGroup {
         }
         let plan = match self.inner.mode {
             Mode::Nccl => Self::data_plan(Box::new(move |nccl, comm, _, s| {
-                for (r, out) in outputs.iter().enumerate() {
-                    let src = if r == rank { input.ptr } else { out.ptr };
-                    // SAFETY: live device tensors of the given sizes (kept by the Work).
-                    let res = unsafe {
-                        (nccl.broadcast)(
-                            src as *const c_void,
-                            out.ptr as *mut c_void,
-                            out.nbytes(),
-                            BYTES,
-                            int(r),
-                            comm,
-                            s,
-                        )
-                    };
-                    nccl_ok(nccl, res, "ncclBroadcast", comm)?;
-                }
-                Ok(())
+                nccl_calls::all_gather(nccl, comm, s, rank, input, &outputs)
             })),
-            Mode::Staged => self.staged_all_gather(input, outputs),
+            Mode::Staged => Self::staged(staged_all_gather(self.inner.cpu.clone(), input, outputs)),
         };
         self.submit("all_gather", None, stream, keep, plan)
-    }
-
-    fn staged_all_gather(&self, input: DevTensor, outputs: Vec<DevTensor>) -> Plan {
-        let cpu = self.inner.cpu.clone();
-        let mut layout = Layout::default();
-        let at_in = layout.add(input.nbytes());
-        let at_out: Vec<usize> = outputs.iter().map(|o| layout.add(o.nbytes())).collect();
-        let to = vec![HostCopy::of(&input, at_in)];
-        let back = outputs
-            .iter()
-            .zip(&at_out)
-            .map(|(o, &host)| HostCopy::of(o, host))
-            .collect();
-        let even = outputs.iter().all(|o| o.numel == input.numel);
-        let dtype = input.dtype;
-        let sizes: Vec<usize> = outputs.iter().map(|o| o.numel).collect();
-        Self::staged(
-            layout,
-            to,
-            back,
-            Box::new(move |base| {
-                let h_in = host_tensor(base, at_in, dtype, input.numel);
-                let h_out: Vec<RawBuf> = at_out
-                    .iter()
-                    .zip(&sizes)
-                    .map(|(&at, &n)| host_tensor(base, at, dtype, n).buf)
-                    .collect();
-                if even {
-                    return sync_cpu(cpu.all_gather(h_in, h_out, Run::Sync));
-                }
-                let blocks = Blocks {
-                    sends: (0..h_out.len()).map(|p| (p, h_in.buf)).collect(),
-                    recvs: h_out.into_iter().enumerate().collect(),
-                };
-                sync_cpu(cpu.exchange(CollectiveKind::AllGather, dtype, 0, blocks, Run::Sync))
-            }),
-        )
     }
 
     /// torch's all_gather_into_tensor: `output` holds size × `input` (flat or stacked).
@@ -1007,24 +352,13 @@ impl CudaGroup {
         }
         let plan = match self.inner.mode {
             Mode::Nccl => Self::data_plan(Box::new(move |nccl, comm, _, s| {
-                // SAFETY: live device tensors; in place when the input is the rank's block.
-                let res = unsafe {
-                    (nccl.all_gather)(
-                        input.ptr as *const c_void,
-                        output.ptr as *mut c_void,
-                        input.nbytes(),
-                        BYTES,
-                        comm,
-                        s,
-                    )
-                };
-                nccl_ok(nccl, res, "ncclAllGather", comm)
+                nccl_calls::all_gather_into(nccl, comm, s, input, output)
             })),
             Mode::Staged => {
                 let blocks = (0..size)
                     .map(|r| output.slice(r * input.numel, input.numel))
                     .collect();
-                self.staged_all_gather(input, blocks)
+                Self::staged(staged_all_gather(self.inner.cpu.clone(), input, blocks))
             }
         };
         self.submit("all_gather_into_tensor", None, stream, keep, plan)
@@ -1058,65 +392,17 @@ impl CudaGroup {
                 r.dtype,
                 r.op,
                 Box::new(move |nccl, comm, op, s| {
-                    for (root, input) in inputs.iter().enumerate() {
-                        // Only the root's receive buffer is written (NULL elsewhere).
-                        let recv = if root == rank {
-                            output.ptr as *mut c_void
-                        } else {
-                            std::ptr::null_mut()
-                        };
-                        let count = output.numel * r.per_element;
-                        // SAFETY: live device tensors of `count` NCCL elements.
-                        let res = unsafe {
-                            (nccl.reduce)(
-                                input.ptr as *const c_void,
-                                recv,
-                                count,
-                                r.dtype,
-                                op,
-                                int(root),
-                                comm,
-                                s,
-                            )
-                        };
-                        nccl_ok(nccl, res, "ncclReduce", comm)?;
-                    }
-                    Ok(())
+                    nccl_calls::reduce_scatter(nccl, comm, op, s, rank, &inputs, output, r)
                 }),
             ),
-            Route::Staged => self.staged_reduce_scatter(inputs, output, red),
+            Route::Staged => Self::staged(staged_reduce_scatter(
+                self.inner.cpu.clone(),
+                inputs,
+                output,
+                red,
+            )),
         };
         self.submit("reduce_scatter", None, stream, keep, plan)
-    }
-
-    fn staged_reduce_scatter(
-        &self,
-        inputs: Vec<DevTensor>,
-        output: DevTensor,
-        red: Reduction,
-    ) -> Plan {
-        let cpu = self.inner.cpu.clone();
-        let nb = output.nbytes();
-        let mut layout = Layout::default();
-        let at_in = layout.add(nb * inputs.len());
-        let at_out = layout.add(nb);
-        let to = inputs
-            .iter()
-            .enumerate()
-            .map(|(r, i)| HostCopy::of(i, at_in + r * nb))
-            .collect();
-        let back = vec![HostCopy::of(&output, at_out)];
-        let n = inputs.len();
-        Self::staged(
-            layout,
-            to,
-            back,
-            Box::new(move |base| {
-                let h_in = host_tensor(base, at_in, output.dtype, output.numel * n);
-                let h_out = host_tensor(base, at_out, output.dtype, output.numel);
-                sync_cpu(cpu.reduce_scatter(h_in, h_out, red, Run::Sync))
-            }),
-        )
     }
 
     /// torch's reduce_scatter_tensor: `input` holds size blocks of `output.numel` elements.
@@ -1144,26 +430,19 @@ impl CudaGroup {
                 r.dtype,
                 r.op,
                 Box::new(move |nccl, comm, op, s| {
-                    // SAFETY: live device tensors; `input` holds size × recvcount elements.
-                    let res = unsafe {
-                        (nccl.reduce_scatter)(
-                            input.ptr as *const c_void,
-                            output.ptr as *mut c_void,
-                            output.numel * r.per_element,
-                            r.dtype,
-                            op,
-                            comm,
-                            s,
-                        )
-                    };
-                    nccl_ok(nccl, res, "ncclReduceScatter", comm)
+                    nccl_calls::reduce_scatter_tensor(nccl, comm, op, s, input, output, r)
                 }),
             ),
             Route::Staged => {
                 let blocks = (0..size)
                     .map(|r| input.slice(r * output.numel, output.numel))
                     .collect();
-                self.staged_reduce_scatter(blocks, output, red)
+                Self::staged(staged_reduce_scatter(
+                    self.inner.cpu.clone(),
+                    blocks,
+                    output,
+                    red,
+                ))
             }
         };
         self.submit("reduce_scatter_tensor", None, stream, keep, plan)
@@ -1189,43 +468,14 @@ impl CudaGroup {
         }
         let plan = match self.inner.mode {
             Mode::Nccl => self.nccl_transfers(kind.name(), sends, recvs)?,
-            Mode::Staged => {
-                let cpu = self.inner.cpu.clone();
-                let mut layout = Layout::default();
-                let place = |list: &[(usize, DevTensor)], layout: &mut Layout| -> Vec<HostCopy> {
-                    list.iter()
-                        .map(|(_, t)| HostCopy::of(t, layout.add(t.nbytes())))
-                        .collect()
-                };
-                let to = place(&sends, &mut layout);
-                let back = place(&recvs, &mut layout);
-                let blocks = |list: &[(usize, DevTensor)],
-                              copies: &[HostCopy]|
-                 -> Vec<(usize, usize, usize)> {
-                    list.iter()
-                        .zip(copies)
-                        .map(|((p, t), c)| (*p, c.host, t.numel))
-                        .collect()
-                };
-                let (s_blocks, r_blocks) = (blocks(&sends, &to), blocks(&recvs, &back));
-                Self::staged(
-                    layout,
-                    to,
-                    back,
-                    Box::new(move |base| {
-                        let host = |list: Vec<(usize, usize, usize)>| -> Vec<(usize, RawBuf)> {
-                            list.into_iter()
-                                .map(|(p, at, n)| (p, host_tensor(base, at, dtype, n).buf))
-                                .collect()
-                        };
-                        let blocks = Blocks {
-                            sends: host(s_blocks),
-                            recvs: host(r_blocks),
-                        };
-                        sync_cpu(cpu.exchange(kind, dtype, count, blocks, Run::Sync))
-                    }),
-                )
-            }
+            Mode::Staged => Self::staged(staged_exchange(
+                self.inner.cpu.clone(),
+                kind,
+                dtype,
+                count,
+                sends,
+                recvs,
+            )),
         };
         self.submit(kind.name(), None, stream, keep, plan)
     }
@@ -1259,41 +509,9 @@ impl CudaGroup {
             )));
         }
         Ok(Self::data_plan(Box::new(move |nccl, comm, _, s| {
-            for (src, dst) in to_self.iter().zip(&from_self) {
-                // SAFETY: live device tensors of equal size (checked above).
-                let r = unsafe {
-                    (rt.memcpy_async)(
-                        dst.ptr as *mut c_void,
-                        src.ptr as *const c_void,
-                        src.nbytes(),
-                        CudaMemcpyKind::DEVICE_TO_DEVICE,
-                        s,
-                    )
-                };
-                rt.check(r, "cudaMemcpyAsync")?;
-            }
-            for (peer, t) in sends.iter().filter(|(p, _)| *p != rank) {
-                // SAFETY: a live device tensor (kept by the Work).
-                let r = unsafe {
-                    (nccl.send)(
-                        t.ptr as *const c_void,
-                        t.nbytes(),
-                        BYTES,
-                        int(*peer),
-                        comm,
-                        s,
-                    )
-                };
-                nccl_ok(nccl, r, "ncclSend", comm)?;
-            }
-            for (peer, t) in recvs.iter().filter(|(p, _)| *p != rank) {
-                // SAFETY: as above.
-                let r = unsafe {
-                    (nccl.recv)(t.ptr as *mut c_void, t.nbytes(), BYTES, int(*peer), comm, s)
-                };
-                nccl_ok(nccl, r, "ncclRecv", comm)?;
-            }
-            Ok(())
+            nccl_calls::transfers(
+                nccl, rt, comm, s, rank, &to_self, &from_self, &sends, &recvs,
+            )
         })))
     }
 
@@ -1354,23 +572,7 @@ impl CudaGroup {
                     .into(),
             )),
             None => {
-                let cpu = self.inner.cpu.clone();
-                let mut layout = Layout::default();
-                let at = layout.add(t.nbytes());
-                let back = vec![HostCopy::of(&t, at)];
-                let plan = Self::staged(
-                    layout,
-                    Vec::new(),
-                    back,
-                    Box::new(move |base| {
-                        finish_cpu(cpu.recv(
-                            host_tensor(base, at, t.dtype, t.numel),
-                            None,
-                            tag,
-                            None,
-                        ))
-                    }),
-                );
+                let plan = Self::staged(staged_recv_any(self.inner.cpu.clone(), t, tag));
                 self.submit("recv", None, stream, keep, plan)
             }
         }
@@ -1422,44 +624,7 @@ impl CudaGroup {
         if !staged.is_empty() {
             let source = single_recv(&staged);
             let what = name(&staged);
-            let cpu = self.inner.cpu.clone();
-            let mut layout = Layout::default();
-            let placed: Vec<(P2pOp, usize)> = staged
-                .into_iter()
-                .map(|op| (op, layout.add(op.tensor.nbytes())))
-                .collect();
-            let copies = |send: bool| -> Vec<HostCopy> {
-                placed
-                    .iter()
-                    .filter(|(op, _)| op.send == send)
-                    .map(|(op, at)| HostCopy::of(&op.tensor, *at))
-                    .collect()
-            };
-            let (to, back) = (copies(true), copies(false));
-            let plan = Self::staged(
-                layout,
-                to,
-                back,
-                Box::new(move |base| {
-                    // All posted at once (they progress concurrently), then waited for.
-                    let works: Vec<Result<Work>> = placed
-                        .iter()
-                        .map(|(op, at)| {
-                            let h = host_tensor(base, *at, op.tensor.dtype, op.tensor.numel);
-                            if op.send {
-                                cpu.send(h, op.peer, op.tag, None)
-                            } else {
-                                cpu.recv(h, Some(op.peer), op.tag, None)
-                            }
-                        })
-                        .collect();
-                    let mut source = None;
-                    for w in works {
-                        source = finish_cpu(w)?.or(source);
-                    }
-                    Ok(source)
-                }),
-            );
+            let plan = Self::staged(staged_p2p(self.inner.cpu.clone(), staged));
             last = Some(self.submit(what, source, stream, keep.take(), plan)?);
         }
         let work =
@@ -1477,40 +642,12 @@ impl CudaGroup {
                 self.nccl_plan(
                     NcclDataType::FLOAT32,
                     OpSpec::Builtin(NcclRedOp::SUM),
-                    Box::new(move |nccl, comm, op, s| {
-                        let p = ptr as *mut c_void;
-                        // SAFETY: the group's own 4-byte device buffer, alive with the group.
-                        let res = unsafe {
-                            (nccl.all_reduce)(p, p, 1, NcclDataType::FLOAT32, op, comm, s)
-                        };
-                        nccl_ok(nccl, res, "ncclAllReduce", comm)
-                    }),
+                    Box::new(move |nccl, comm, op, s| nccl_calls::barrier(nccl, comm, op, s, ptr)),
                 )
             }
-            None => {
-                let cpu = self.inner.cpu.clone();
-                Self::staged(
-                    Layout::default(),
-                    Vec::new(),
-                    Vec::new(),
-                    Box::new(move |_| sync_cpu(cpu.barrier(Run::Sync))),
-                )
-            }
+            None => Self::staged(staged_barrier(self.inner.cpu.clone())),
         };
         self.submit("barrier", None, stream, None, plan)
-    }
-
-    /// Runs `f` while no other thread can use the communicator and nothing is queued.
-    fn exclusive<T>(&self, f: impl FnOnce() -> T) -> T {
-        let mut q = lock(&self.inner.queue);
-        while q.busy {
-            q = self
-                .inner
-                .queue_cond
-                .wait(q)
-                .unwrap_or_else(|p| p.into_inner());
-        }
-        f()
     }
 
     /// A subgroup (torch's `new_group` with a bound device). Collective over *every* rank of
@@ -1539,7 +676,7 @@ impl CudaGroup {
         let key = member.as_ref().map_or(0, |m| m.rank);
         let child = {
             let _device = DeviceGuard::set(self.inner.rt, self.inner.device)?;
-            self.exclusive(|| parent.split(color, key))?
+            self.inner.exclusive(|| parent.split(color, key))?
         };
         match (member, child) {
             (Some(m), Some(comm)) => CudaGroup::start(
@@ -1567,27 +704,8 @@ impl CudaGroup {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }
-        let inner = &self.inner;
-        lock(&inner.queue).closed = true;
-        inner.queue_cond.notify_all();
-        let mut threads = std::mem::take(&mut *lock(&self.threads));
-        if !threads.is_empty() {
-            // The helper first: it drains the queue.
-            let _ = threads.remove(0).join();
-        }
-        while !lock(&inner.pending).is_empty() {
-            std::thread::sleep(Duration::from_micros(200));
-        }
-        inner.stopping.store(true, Ordering::Release);
-        inner.pending_cond.notify_all();
-        for t in threads {
-            let _ = t.join();
-        }
-        if let Some(comm) = &inner.comm {
-            let _device = DeviceGuard::set(inner.rt, inner.device);
-            comm.finalize();
-        }
-        inner.cpu.shutdown();
+        let threads = std::mem::take(&mut *lock(&self.threads));
+        self.inner.shutdown(threads);
     }
 
     /// Aborts: the communicator and the staging group are aborted, every pending and later
@@ -1597,16 +715,7 @@ impl CudaGroup {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }
-        let inner = &self.inner;
-        inner.fail(Error::backend(format!(
-            "the CUDA process group {:?} was aborted",
-            inner.name
-        )));
-        lock(&inner.queue).closed = true;
-        inner.queue_cond.notify_all();
-        inner.stopping.store(true, Ordering::Release);
-        inner.pending_cond.notify_all();
-        inner.cpu.abort();
+        self.inner.abort();
     }
 }
 
@@ -1614,42 +723,5 @@ impl Drop for CudaGroup {
     fn drop(&mut self) {
         // Neither shut down nor aborted (e.g. the process is exiting): abort, as torch does.
         self.abort();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn staging_blocks_are_aligned_and_disjoint() {
-        let mut layout = Layout::default();
-        assert_eq!(layout.add(10), 0);
-        assert_eq!(layout.add(3), 64);
-        assert_eq!(layout.add(0), 128);
-        assert_eq!(layout.add(100), 128);
-        assert_eq!(layout.bytes, 228);
-    }
-
-    #[test]
-    fn slices_offset_by_whole_elements() {
-        let t = DevTensor {
-            ptr: 0x1000,
-            dtype: DType::C128,
-            numel: 10,
-        };
-        let s = t.slice(3, 4);
-        assert_eq!((s.ptr, s.numel, s.nbytes()), (0x1000 + 48, 4, 64));
-        let copy = HostCopy::of(&s, 64);
-        assert_eq!((copy.dev, copy.host, copy.len), (0x1030, 64, 64));
-    }
-
-    #[test]
-    fn context_keeps_the_error_kind() {
-        let e = context(Error::network("peer 1 hung up"), "[Rank 0] CUDA all_reduce");
-        assert_eq!(
-            e,
-            Error::network("[Rank 0] CUDA all_reduce: peer 1 hung up")
-        );
     }
 }

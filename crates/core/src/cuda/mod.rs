@@ -24,6 +24,20 @@
 //! stream order stays the call order. A watchdog thread completes Works as their end events
 //! fire, and on a timeout or an NCCL error aborts the communicator and fails every pending
 //! Work: nothing hangs.
+//!
+//! Files, each using only those above it (never the other way):
+//!
+//! - `codes`, `rt`, `comm`, `work`: NCCL's codes, the CUDA runtime wrappers (streams, events,
+//!   pinned and device memory), the NCCL communicator, the Work of one CUDA operation;
+//! - `types`: the data types every layer shares ([`DevTensor`], [`P2pOp`], [`Mode`]);
+//! - `nccl_calls`: the NCCL calls of each operation, one function each (their safety
+//!   reasoning written there, once);
+//! - `staged`: the host-staged plans, all of one shape (copy in, run on the CPU engine, copy
+//!   out);
+//! - `engine`: the job queue, the helper and watchdog threads, failure handling; runs the
+//!   plans (uses `staged`'s plan type);
+//! - `group`: [`CudaGroup`], the public API: validates, routes, builds the plans from
+//!   `nccl_calls` and `staged`, submits them to the engine.
 
 use rustdist_nccl_sys::{Error as SysError, NcclResult};
 
@@ -31,12 +45,17 @@ use crate::error::Error;
 
 mod codes;
 mod comm;
+mod engine;
 mod group;
+mod nccl_calls;
 mod rt;
+mod staged;
+mod types;
 mod work;
 
-pub use group::{CudaGroup, DevTensor, Mode, P2pOp, SplitArgs};
+pub use group::{CudaGroup, SplitArgs};
 pub use rustdist_nccl_sys::{Cudart, Loaded, Nccl};
+pub use types::{DevTensor, Mode, P2pOp};
 pub use work::CudaWork;
 
 impl From<SysError> for Error {

@@ -7,7 +7,7 @@
 //! apart from the data, so a long transfer never delays them and they never interleave with a
 //! frame; a rank busy computing (not calling collectives) still beats, from this thread.
 //!
-//! Each rank's UDP socket has the port number of its TCP listener (see `tcp.rs`), so a rank
+//! Each rank's UDP socket has the port number of its TCP listener (see `tcp/connect.rs`), so a rank
 //! knows where the lower ranks listen from their published addresses; the higher ranks are
 //! learnt from their first datagram (checked against the job, the group, the rank and the
 //! address of that rank's TCP connection). A datagram is 24 bytes: magic, kind, job, group,

@@ -440,7 +440,7 @@ mod tests {
     #[test]
     fn single_copy_says_whether_the_ranks_share_cores() {
         use crate::algorithms::common::single_copy_available;
-        use crate::algorithms::select::SingleCopy;
+        use crate::transport::workspace::SingleCopy;
         let mut ranks = mesh_on_hosts(&[0, 0]);
         let t = &mut ranks[0];
         assert_eq!(single_copy_available(t), SingleCopy::CoreEach);

@@ -3,7 +3,7 @@
 //! Algorithms are written against [`Transport`] (messages between ranks, over TCP or
 //! shared-memory pipes, or the in-memory transport of the tests) and, where the ranks share a
 //! host, [`SharedMemory`] (the group's workspace: ranks read each other's data in place). The
-//! transport only moves bytes; which algorithm runs is chosen in `algorithms/select.rs`.
+//! transport only moves bytes; which algorithm runs is chosen in `algorithms/select/`.
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};

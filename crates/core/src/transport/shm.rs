@@ -593,7 +593,7 @@ pub fn share_memory(
             .map(|p| cpus[p].as_str()),
     );
     // Group rank -> process id of the ranks on this host, every one of which can read every
-    // other's memory (whether reading pays is select.rs's call).
+    // other's memory (whether reading pays is select's call).
     let pids = single_copy.then(|| {
         (0..size)
             .map(|p| {

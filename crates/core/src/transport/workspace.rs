@@ -116,6 +116,21 @@ pub struct Workspace {
 // flags and through slices only where the protocol gives a rank exclusive or stable access.
 unsafe impl Send for Workspace {}
 
+/// What the workspace offers the single-copy algorithms: whether the ranks of a host may read
+/// each other's memory ([`Workspace::single_copy`]), and whether each has a core of its own
+/// ([`Workspace::oversubscribed`]). A fact of the transport; `algorithms::select` decides
+/// from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SingleCopy {
+    Unavailable,
+    /// More ranks on the host than cores: a rank waiting for a peer on its own core yields
+    /// it, and the kernel charges the yielder CPU time until the peer has had its share, so
+    /// an algorithm that waits for every rank after every read costs twice its copies
+    /// (measurements: docs/tuning.md, "More ranks than cores").
+    SharedCores,
+    CoreEach,
+}
+
 impl Workspace {
     /// A workspace over `regions` (one per local rank, ordered by group rank `ranks`; this
     /// rank is local rank `me`). Each region is [`REGION_BYTES`] of zeroed, mapped memory

@@ -9,8 +9,14 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use super::connect::peer_entry;
+use super::handshake::STATUSES;
+use super::socket::{configure, HOST_LOCAL_SEND_BUFFER_BYTES};
 use super::*;
-use crate::store::HashStore;
+use crate::auth::{AuthKey, NONCE_LEN, TAG_LEN};
+use crate::error::{Error, Result};
+use crate::netio::timed_out;
+use crate::store::{HashStore, Store};
 use crate::testutil::{assert_memory_flat, closed_by_peer, ran_in_child};
 
 const GROUP: u32 = 7;

@@ -1,0 +1,237 @@
+//! The selection policy: for each collective, the algorithm from the bytes it moves, the
+//! world size, the link kind, whether the ranks may read each other's memory (a core each or
+//! not), the host's CPU kind and the TCP link model, unless `RUSTDIST_ALGO` forced one. Each
+//! is a pure function of those (the CPU kind, the link model and the overrides travel in
+//! [`AlgoOverrides`]); the sizes it compares against are in `thresholds.rs`.
+
+use super::link_model::LinkModel;
+use super::overrides::{
+    AlgoOverrides, AllGatherAlgo, AllReduceAlgo, AllToAllAlgo, BarrierAlgo, BroadcastAlgo,
+    GatherAlgo, ReduceAlgo, ReduceScatterAlgo, ScatterAlgo,
+};
+use super::thresholds::{
+    RING_CHUNK_BYTES, RING_CHUNK_BYTES_SLOW_LINK, RING_PIECE_BYTES_SLOW_LINK,
+    SHARED_CORES_SINGLE_COPY_ALL_TO_ALL_MIN_BYTES, SHM_ALL_REDUCE_ONESHOT_MAX_BYTES,
+    TCP_ALL_GATHER_DIRECT_MAX_BYTES, TCP_ALL_REDUCE_RD_MAX_BYTES,
+    TCP_BROADCAST_CHAIN_HOST_BOUND_MIN_BYTES, TCP_BROADCAST_CHAIN_MIN_BYTES,
+};
+use crate::algorithms::allreduce::ring::RingShape;
+use crate::transport::workspace::SingleCopy;
+use crate::transport::LinkKind;
+
+impl AlgoOverrides {
+    /// all_reduce of `bytes` per rank on `world` ranks; `single_copy`: whether the ranks on the
+    /// host may read each other's memory, each with a core.
+    pub fn all_reduce(
+        &self,
+        bytes: usize,
+        world: usize,
+        link: LinkKind,
+        single_copy: SingleCopy,
+    ) -> AllReduceAlgo {
+        self.all_reduce.unwrap_or(match link {
+            LinkKind::SharedMemory if bytes <= SHM_ALL_REDUCE_ONESHOT_MAX_BYTES => {
+                AllReduceAlgo::ShmOneShot
+            }
+            LinkKind::SharedMemory
+                if single_copy == SingleCopy::CoreEach
+                    && self
+                        .cpu
+                        .single_copy_all_reduce_min_bytes()
+                        .is_some_and(|min| bytes >= min) =>
+            {
+                AllReduceAlgo::ShmSingleCopy
+            }
+            LinkKind::SharedMemory => AllReduceAlgo::ShmTwoShot,
+            LinkKind::Hierarchical => AllReduceAlgo::Hierarchical,
+            LinkKind::Tcp
+                if bytes <= self.tcp.scale(TCP_ALL_REDUCE_RD_MAX_BYTES / 4)
+                    || world > 2 && bytes <= self.tcp.scale(TCP_ALL_REDUCE_RD_MAX_BYTES) =>
+            {
+                AllReduceAlgo::RecursiveDoubling
+            }
+            LinkKind::Tcp => AllReduceAlgo::Ring,
+        })
+    }
+
+    /// The algorithm the leaders of a hierarchical all_reduce run among themselves.
+    pub fn all_reduce_between_hosts(&self, bytes: usize, hosts: usize) -> AllReduceAlgo {
+        self.policy()
+            .all_reduce(bytes, hosts, LinkKind::Tcp, SingleCopy::Unavailable)
+    }
+
+    /// The policy alone: no algorithm forced, the same link model.
+    fn policy(&self) -> AlgoOverrides {
+        AlgoOverrides {
+            tcp: self.tcp,
+            cpu: self.cpu,
+            ..AlgoOverrides::default()
+        }
+    }
+
+    /// How the ring all_reduce cuts its buffer.
+    pub fn ring_shape(&self) -> RingShape {
+        if self.slow_tcp() {
+            let piece = (self.tcp.bdp() as usize)
+                .clamp(RING_PIECE_BYTES_SLOW_LINK, RING_CHUNK_BYTES_SLOW_LINK);
+            return RingShape {
+                chunk_bytes: RING_CHUNK_BYTES_SLOW_LINK,
+                piece_bytes: piece,
+            };
+        }
+        let chunk = self.ring_chunk_bytes();
+        RingShape {
+            chunk_bytes: chunk,
+            piece_bytes: chunk,
+        }
+    }
+
+    /// The smallest TCP broadcast (3 ranks or more) that goes down the chain.
+    fn tcp_broadcast_chain_min_bytes(&self) -> usize {
+        if self.slow_tcp() {
+            TCP_BROADCAST_CHAIN_MIN_BYTES.max(self.tcp.bdp() as usize)
+        } else {
+            self.tcp.scale(TCP_BROADCAST_CHAIN_HOST_BOUND_MIN_BYTES)
+        }
+    }
+
+    /// The ring all_reduce's chunk on host-bound TCP links (see `RING_CHUNK_BYTES`).
+    fn ring_chunk_bytes(&self) -> usize {
+        self.tcp.scale(RING_CHUNK_BYTES).max(RING_CHUNK_BYTES)
+    }
+
+    /// Whether the TCP links are slower than half the reference's bandwidth: there the
+    /// network limits rather than the hosts.
+    pub(super) fn slow_tcp(&self) -> bool {
+        self.tcp.bandwidth < LinkModel::SLOW_BANDWIDTH
+    }
+
+    /// Broadcast of `bytes` on `world` ranks; `single_copy`: whether the ranks on the host may
+    /// read each other's memory, each with a core.
+    pub fn broadcast(
+        &self,
+        bytes: usize,
+        world: usize,
+        link: LinkKind,
+        single_copy: SingleCopy,
+    ) -> BroadcastAlgo {
+        self.broadcast.unwrap_or(match link {
+            LinkKind::SharedMemory
+                if single_copy == SingleCopy::CoreEach
+                    && self.cpu.single_copy_broadcast_bytes().contains(&bytes) =>
+            {
+                BroadcastAlgo::SingleCopy
+            }
+            LinkKind::SharedMemory => BroadcastAlgo::Shm,
+            LinkKind::Hierarchical => BroadcastAlgo::Hierarchical,
+            LinkKind::Tcp if world >= 3 && bytes >= self.tcp_broadcast_chain_min_bytes() => {
+                BroadcastAlgo::Chain
+            }
+            LinkKind::Tcp => BroadcastAlgo::BinomialTree,
+        })
+    }
+
+    /// The algorithm the leaders of a hierarchical broadcast run among themselves.
+    pub fn broadcast_between_hosts(&self, bytes: usize, hosts: usize) -> BroadcastAlgo {
+        self.policy()
+            .broadcast(bytes, hosts, LinkKind::Tcp, SingleCopy::Unavailable)
+    }
+
+    /// all_gather of `total_bytes` gathered on every rank; `single_copy`: whether the ranks on
+    /// the host may read each other's memory, each with a core.
+    pub fn all_gather(
+        &self,
+        total_bytes: usize,
+        link: LinkKind,
+        single_copy: SingleCopy,
+    ) -> AllGatherAlgo {
+        self.all_gather.unwrap_or(match link {
+            LinkKind::SharedMemory
+                if single_copy == SingleCopy::CoreEach
+                    && self.cpu.single_copy_bytes().contains(&total_bytes) =>
+            {
+                AllGatherAlgo::SingleCopy
+            }
+            LinkKind::SharedMemory => AllGatherAlgo::Shm,
+            LinkKind::Hierarchical => AllGatherAlgo::Hierarchical,
+            LinkKind::Tcp if total_bytes <= self.tcp.scale(TCP_ALL_GATHER_DIRECT_MAX_BYTES) => {
+                AllGatherAlgo::Direct
+            }
+            LinkKind::Tcp => AllGatherAlgo::Ring,
+        })
+    }
+
+    /// The algorithm the leaders of a hierarchical all_gather run among themselves.
+    pub fn all_gather_between_hosts(&self, total_bytes: usize) -> AllGatherAlgo {
+        self.policy()
+            .all_gather(total_bytes, LinkKind::Tcp, SingleCopy::Unavailable)
+    }
+
+    pub fn reduce_scatter(&self, link: LinkKind) -> ReduceScatterAlgo {
+        self.reduce_scatter.unwrap_or(match link {
+            LinkKind::SharedMemory => ReduceScatterAlgo::Shm,
+            _ => ReduceScatterAlgo::Ring,
+        })
+    }
+
+    pub fn reduce(&self, link: LinkKind) -> ReduceAlgo {
+        self.reduce.unwrap_or(match link {
+            LinkKind::SharedMemory => ReduceAlgo::Shm,
+            LinkKind::Hierarchical => ReduceAlgo::Hierarchical,
+            LinkKind::Tcp => ReduceAlgo::BinomialTree,
+        })
+    }
+
+    pub fn gather(&self, link: LinkKind) -> GatherAlgo {
+        self.gather.unwrap_or(match link {
+            LinkKind::SharedMemory => GatherAlgo::Shm,
+            _ => GatherAlgo::Direct,
+        })
+    }
+
+    pub fn scatter(&self, link: LinkKind) -> ScatterAlgo {
+        self.scatter.unwrap_or(match link {
+            LinkKind::SharedMemory => ScatterAlgo::Shm,
+            _ => ScatterAlgo::Direct,
+        })
+    }
+
+    /// all_to_all of `even_bytes` per rank in equal blocks (None: uneven splits) on `world`
+    /// ranks; `single_copy`: whether the ranks on the host may read each other's memory (a
+    /// core each or not).
+    pub fn all_to_all(
+        &self,
+        even_bytes: Option<usize>,
+        world: usize,
+        link: LinkKind,
+        single_copy: SingleCopy,
+    ) -> AllToAllAlgo {
+        let min = match single_copy {
+            SingleCopy::Unavailable => None,
+            SingleCopy::SharedCores => self
+                .cpu
+                .single_copy_all_to_all_min_bytes()
+                .map(|min| min.max(SHARED_CORES_SINGLE_COPY_ALL_TO_ALL_MIN_BYTES)),
+            SingleCopy::CoreEach => self.cpu.single_copy_all_to_all_min_bytes(),
+        };
+        let one_copy = |bytes: usize| min.is_some_and(|min| bytes >= min);
+        self.all_to_all.unwrap_or(match link {
+            LinkKind::SharedMemory
+                if world <= crate::algorithms::alltoall::single_copy::MAX_RANKS
+                    && even_bytes.is_some_and(one_copy) =>
+            {
+                AllToAllAlgo::SingleCopy
+            }
+            LinkKind::SharedMemory => AllToAllAlgo::Shm,
+            _ => AllToAllAlgo::Pairwise,
+        })
+    }
+
+    pub fn barrier(&self, link: LinkKind) -> BarrierAlgo {
+        self.barrier.unwrap_or(match link {
+            LinkKind::SharedMemory => BarrierAlgo::Shm,
+            LinkKind::Hierarchical => BarrierAlgo::Hierarchical,
+            LinkKind::Tcp => BarrierAlgo::Dissemination,
+        })
+    }
+}

@@ -1,0 +1,74 @@
+//! The `--show-selection` table: what the policy picks for every collective, link kind,
+//! world size and size ([`table`], rows of [`Choice`]).
+
+use super::overrides::AlgoOverrides;
+use crate::transport::workspace::SingleCopy;
+use crate::transport::LinkKind;
+
+/// One row of the selection table: the algorithm `collective` runs with `bytes` (per rank; the
+/// gathered total for all_gather) on `world` ranks connected by `link`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Choice {
+    pub collective: &'static str,
+    pub link: LinkKind,
+    pub world: usize,
+    pub bytes: usize,
+    pub algorithm: &'static str,
+}
+
+/// What the defaults (with `RUSTDIST_ALGO` applied when `overrides` holds it) choose for every
+/// collective, link kind, world size in `worlds` and size in `sizes`, on a host of `cores`
+/// cores whose ranks may read each other's memory.
+pub fn table(
+    overrides: &AlgoOverrides,
+    worlds: &[usize],
+    sizes: &[usize],
+    cores: usize,
+) -> Vec<Choice> {
+    let links = [
+        LinkKind::SharedMemory,
+        LinkKind::Tcp,
+        LinkKind::Hierarchical,
+    ];
+    let o = overrides;
+    let mut rows = Vec::new();
+    for link in links {
+        for &world in worlds {
+            let one_copy = if world <= cores {
+                SingleCopy::CoreEach
+            } else {
+                SingleCopy::SharedCores
+            };
+            for &bytes in sizes {
+                let picks: [(&'static str, &'static str); 9] = [
+                    (
+                        "all_reduce",
+                        o.all_reduce(bytes, world, link, one_copy).name(),
+                    ),
+                    (
+                        "broadcast",
+                        o.broadcast(bytes, world, link, one_copy).name(),
+                    ),
+                    ("all_gather", o.all_gather(bytes, link, one_copy).name()),
+                    ("reduce_scatter", o.reduce_scatter(link).name()),
+                    ("reduce", o.reduce(link).name()),
+                    ("gather", o.gather(link).name()),
+                    ("scatter", o.scatter(link).name()),
+                    (
+                        "all_to_all",
+                        o.all_to_all(Some(bytes), world, link, one_copy).name(),
+                    ),
+                    ("barrier", o.barrier(link).name()),
+                ];
+                rows.extend(picks.into_iter().map(|(collective, algorithm)| Choice {
+                    collective,
+                    link,
+                    world,
+                    bytes,
+                    algorithm,
+                }));
+            }
+        }
+    }
+    rows
+}

@@ -1,0 +1,365 @@
+//! Tests of the policy and of the table it prints (the parts' own tests sit in their files).
+
+use std::time::Duration;
+
+use super::*;
+use crate::algorithms::allreduce::ring::RingShape;
+use crate::transport::LinkKind;
+use SingleCopy::{CoreEach, SharedCores, Unavailable};
+
+#[test]
+fn defaults_depend_on_size_and_links() {
+    let o = AlgoOverrides::default();
+    let (tcp, shm, mixed) = (
+        LinkKind::Tcp,
+        LinkKind::SharedMemory,
+        LinkKind::Hierarchical,
+    );
+    assert_eq!(
+        o.all_reduce(1024, 4, tcp, Unavailable),
+        AllReduceAlgo::RecursiveDoubling
+    );
+    assert_eq!(
+        o.all_reduce(64 << 20, 4, tcp, Unavailable),
+        AllReduceAlgo::Ring
+    );
+    assert_eq!(
+        o.all_reduce(8, 2, shm, Unavailable),
+        AllReduceAlgo::ShmOneShot
+    );
+    assert_eq!(
+        o.all_reduce(64 << 20, 2, shm, Unavailable),
+        AllReduceAlgo::ShmTwoShot
+    );
+    // The bands of single-copy algorithms depend on the CPU.
+    let intel = AlgoOverrides {
+        cpu: HostCpu::Intel,
+        ..o
+    };
+    // Peers' slices read in one copy where the ranks may: on Intel's CPUs from 2 MiB.
+    for (bytes, algo, on_intel) in [
+        (
+            64 << 10,
+            AllReduceAlgo::ShmOneShot,
+            AllReduceAlgo::ShmOneShot,
+        ),
+        (
+            (2 << 20) - 4,
+            AllReduceAlgo::ShmTwoShot,
+            AllReduceAlgo::ShmTwoShot,
+        ),
+        (
+            2 << 20,
+            AllReduceAlgo::ShmTwoShot,
+            AllReduceAlgo::ShmSingleCopy,
+        ),
+        (
+            64 << 20,
+            AllReduceAlgo::ShmTwoShot,
+            AllReduceAlgo::ShmSingleCopy,
+        ),
+    ] {
+        assert_eq!(o.all_reduce(bytes, 2, shm, CoreEach), algo, "{bytes} bytes");
+        assert_eq!(
+            intel.all_reduce(bytes, 2, shm, CoreEach),
+            on_intel,
+            "{bytes} bytes, Intel"
+        );
+    }
+    assert_eq!(
+        intel.all_reduce(64 << 20, 2, shm, Unavailable),
+        AllReduceAlgo::ShmTwoShot
+    );
+    assert_eq!(
+        intel.all_reduce(64 << 20, 2, tcp, CoreEach),
+        AllReduceAlgo::Ring
+    );
+    assert_eq!(
+        o.all_reduce(8, 4, mixed, Unavailable),
+        AllReduceAlgo::Hierarchical
+    );
+    assert_eq!(
+        o.broadcast(64 << 20, 4, tcp, Unavailable),
+        BroadcastAlgo::Chain
+    );
+    assert_eq!(
+        o.broadcast(64 << 20, 2, tcp, Unavailable),
+        BroadcastAlgo::BinomialTree
+    );
+    assert_eq!(o.broadcast(8, 4, shm, Unavailable), BroadcastAlgo::Shm);
+    // One copy between the root's memory and the others' where the ranks may: 256 KiB to
+    // 1 MiB, from 16 KiB on Intel's CPUs.
+    for (bytes, algo, on_intel) in [
+        ((16 << 10) - 1, BroadcastAlgo::Shm, BroadcastAlgo::Shm),
+        (16 << 10, BroadcastAlgo::Shm, BroadcastAlgo::SingleCopy),
+        (
+            256 << 10,
+            BroadcastAlgo::SingleCopy,
+            BroadcastAlgo::SingleCopy,
+        ),
+        (
+            1 << 20,
+            BroadcastAlgo::SingleCopy,
+            BroadcastAlgo::SingleCopy,
+        ),
+        ((1 << 20) + 1, BroadcastAlgo::Shm, BroadcastAlgo::SingleCopy),
+        (64 << 20, BroadcastAlgo::Shm, BroadcastAlgo::SingleCopy),
+    ] {
+        assert_eq!(o.broadcast(bytes, 2, shm, CoreEach), algo, "{bytes} bytes");
+        assert_eq!(
+            intel.broadcast(bytes, 2, shm, CoreEach),
+            on_intel,
+            "{bytes} bytes, Intel"
+        );
+    }
+    assert_eq!(
+        intel.broadcast(64 << 10, 2, shm, Unavailable),
+        BroadcastAlgo::Shm
+    );
+    assert_eq!(
+        intel.broadcast(64 << 10, 2, tcp, CoreEach),
+        BroadcastAlgo::BinomialTree
+    );
+    assert_eq!(o.all_gather(100, tcp, Unavailable), AllGatherAlgo::Direct);
+    // One copy from the peers' memory where the ranks may read it: 256 KiB to 4 MiB,
+    // 32 KiB to 16 MiB on Intel's CPUs.
+    for (bytes, algo, on_intel) in [
+        ((32 << 10) - 1, AllGatherAlgo::Shm, AllGatherAlgo::Shm),
+        (32 << 10, AllGatherAlgo::Shm, AllGatherAlgo::SingleCopy),
+        (
+            (256 << 10) - 1,
+            AllGatherAlgo::Shm,
+            AllGatherAlgo::SingleCopy,
+        ),
+        (
+            256 << 10,
+            AllGatherAlgo::SingleCopy,
+            AllGatherAlgo::SingleCopy,
+        ),
+        (
+            4 << 20,
+            AllGatherAlgo::SingleCopy,
+            AllGatherAlgo::SingleCopy,
+        ),
+        ((4 << 20) + 1, AllGatherAlgo::Shm, AllGatherAlgo::SingleCopy),
+        (16 << 20, AllGatherAlgo::Shm, AllGatherAlgo::SingleCopy),
+        ((16 << 20) + 1, AllGatherAlgo::Shm, AllGatherAlgo::Shm),
+    ] {
+        assert_eq!(o.all_gather(bytes, shm, CoreEach), algo, "{bytes} bytes");
+        assert_eq!(
+            intel.all_gather(bytes, shm, CoreEach),
+            on_intel,
+            "{bytes} bytes, Intel"
+        );
+    }
+    assert_eq!(
+        intel.all_gather(1 << 20, shm, Unavailable),
+        AllGatherAlgo::Shm
+    );
+    assert_eq!(o.all_gather(1 << 20, shm, Unavailable), AllGatherAlgo::Shm);
+    assert_eq!(o.all_gather(1 << 20, tcp, CoreEach), AllGatherAlgo::Ring);
+    // Equal blocks read in one copy where the ranks may (and their addresses fit a flag
+    // entry): on Intel's CPUs from 32 KiB per rank.
+    for (bytes, world, on_intel) in [
+        (Some((32 << 10) - 1), 2, AllToAllAlgo::Shm),
+        (Some(32 << 10), 2, AllToAllAlgo::SingleCopy),
+        (Some(64 << 20), 7, AllToAllAlgo::SingleCopy),
+        (Some(64 << 20), 8, AllToAllAlgo::Shm),
+        (None, 2, AllToAllAlgo::Shm),
+    ] {
+        assert_eq!(o.all_to_all(bytes, world, shm, CoreEach), AllToAllAlgo::Shm);
+        let what = format!("{bytes:?} bytes, world {world}, Intel");
+        assert_eq!(
+            intel.all_to_all(bytes, world, shm, CoreEach),
+            on_intel,
+            "{what}"
+        );
+    }
+    assert_eq!(
+        intel.all_to_all(Some(1 << 20), 2, shm, Unavailable),
+        AllToAllAlgo::Shm
+    );
+    // With more ranks than cores only all_to_all reads straight from the peers, from
+    // 256 KiB per rank.
+    assert_eq!(
+        intel.all_to_all(Some(256 << 10), 4, shm, SharedCores),
+        AllToAllAlgo::SingleCopy
+    );
+    assert_eq!(
+        intel.all_to_all(Some((256 << 10) - 1), 4, shm, SharedCores),
+        AllToAllAlgo::Shm
+    );
+    assert_eq!(
+        o.all_to_all(Some(1 << 20), 4, shm, SharedCores),
+        AllToAllAlgo::Shm
+    );
+    assert_eq!(
+        intel.all_reduce(64 << 20, 4, shm, SharedCores),
+        AllReduceAlgo::ShmTwoShot
+    );
+    assert_eq!(
+        intel.broadcast(64 << 10, 4, shm, SharedCores),
+        BroadcastAlgo::Shm
+    );
+    assert_eq!(
+        intel.all_gather(1 << 20, shm, SharedCores),
+        AllGatherAlgo::Shm
+    );
+    assert_eq!(
+        intel.all_to_all(Some(1 << 20), 2, tcp, CoreEach),
+        AllToAllAlgo::Pairwise
+    );
+    assert_eq!(o.reduce(tcp), ReduceAlgo::BinomialTree);
+    let forced = AlgoOverrides::parse("allreduce=ring").unwrap();
+    assert_eq!(
+        forced.all_reduce(8, 4, shm, Unavailable),
+        AllReduceAlgo::Ring
+    );
+    let rows = table(&forced, &[2, 4], &[8, 1 << 20], 2);
+    assert_eq!(rows.len(), 3 * 2 * 2 * 9);
+    assert!(rows
+        .iter()
+        .all(|r| r.collective != "all_reduce" || r.algorithm == "ring"));
+    // The shared-memory column: single copy where the world has a core per rank.
+    let pick = |rows: &[Choice], coll: &str, world: usize| {
+        rows.iter()
+            .find(|r| {
+                r.collective == coll
+                    && r.world == world
+                    && r.link == LinkKind::SharedMemory
+                    && r.bytes == 1 << 20
+            })
+            .map(|r| r.algorithm)
+    };
+    let rows = table(&intel, &[2, 4], &[1 << 20], 2);
+    assert_eq!(pick(&rows, "all_gather", 2), Some("shm_single_copy"));
+    assert_eq!(pick(&rows, "all_gather", 4), Some("shm"));
+    assert_eq!(pick(&rows, "all_to_all", 4), Some("shm_single_copy"));
+}
+
+fn on(latency_us: u64, bandwidth: u64) -> AlgoOverrides {
+    AlgoOverrides {
+        tcp: LinkModel {
+            latency: Duration::from_micros(latency_us),
+            bandwidth,
+        },
+        ..AlgoOverrides::default()
+    }
+}
+
+#[test]
+fn ring_chunks_travel_in_pieces_on_slow_links() {
+    let whole = |bytes| RingShape {
+        chunk_bytes: bytes,
+        piece_bytes: bytes,
+    };
+    let reference = AlgoOverrides::default();
+    assert_eq!(reference.ring_shape(), whole(128 << 10));
+    let pieces = |bytes| RingShape {
+        chunk_bytes: 16 << 20,
+        piece_bytes: bytes,
+    };
+    let slow = on(40, 125_000_000);
+    assert_eq!(slow.ring_shape(), pieces(256 << 10));
+    // 3 ms away: a piece holds a bandwidth-delay product.
+    assert_eq!(on(3000, 125_000_000).ring_shape(), pieces(375_000));
+    assert_eq!(on(4000, 125_000_000).ring_shape(), pieces(500_000));
+    // 10 Gbit/s: the hosts limit, as on loopback; 1 ms away a step grows with the
+    // bandwidth-delay product (15.6 times the reference's), and at a shorter latency it
+    // stays as on the reference.
+    assert_eq!(on(40, 1_250_000_000).ring_shape(), whole(128 << 10));
+    assert_eq!(on(1000, 1_250_000_000).ring_shape(), whole(2_048_000));
+    assert_eq!(on(5, 2_000_000_000).ring_shape(), whole(128 << 10));
+}
+
+#[test]
+fn large_tcp_broadcasts_go_down_the_chain_where_the_hosts_limit() {
+    let (reference, tcp) = (AlgoOverrides::default(), LinkKind::Tcp);
+    let on_tcp = |o: &AlgoOverrides, bytes, world| o.broadcast(bytes, world, tcp, Unavailable);
+    assert_eq!(
+        on_tcp(&reference, (8 << 20) - 1, 4),
+        BroadcastAlgo::BinomialTree
+    );
+    assert_eq!(on_tcp(&reference, 8 << 20, 3), BroadcastAlgo::Chain);
+    assert_eq!(on_tcp(&reference, 64 << 20, 4), BroadcastAlgo::Chain);
+    assert_eq!(on_tcp(&reference, 64 << 20, 2), BroadcastAlgo::BinomialTree);
+    // 10 Gbit/s 1 ms away: from 16 times as many bytes.
+    let far = on(1000, 1_250_000_000);
+    assert_eq!(on_tcp(&far, 64 << 20, 4), BroadcastAlgo::BinomialTree);
+    assert_eq!(on_tcp(&far, 128 << 20, 4), BroadcastAlgo::Chain);
+}
+
+#[test]
+fn tcp_crossovers_follow_the_bandwidth_delay_product() {
+    let tcp = LinkKind::Tcp;
+    let reference = AlgoOverrides::default();
+    // 1 Gbit/s at loopback latency: a far smaller bandwidth-delay product, so the ring
+    // and the chain take over from smaller sizes.
+    let slow = on(40, 125_000_000);
+    assert_eq!(
+        reference.all_reduce(128 << 10, 4, tcp, Unavailable),
+        AllReduceAlgo::RecursiveDoubling
+    );
+    assert_eq!(
+        slow.all_reduce(128 << 10, 4, tcp, Unavailable),
+        AllReduceAlgo::Ring
+    );
+    assert_eq!(
+        reference.broadcast(256 << 10, 4, tcp, Unavailable),
+        BroadcastAlgo::BinomialTree
+    );
+    assert_eq!(
+        slow.broadcast(256 << 10, 4, tcp, Unavailable),
+        BroadcastAlgo::Chain
+    );
+    assert_eq!(
+        reference.all_gather(128 << 10, tcp, Unavailable),
+        AllGatherAlgo::Direct
+    );
+    assert_eq!(
+        slow.all_gather(128 << 10, tcp, Unavailable),
+        AllGatherAlgo::Ring
+    );
+    // A 10 Gbit/s link 1 ms away: latency dominates up to far larger sizes.
+    let far = on(1000, 1_250_000_000);
+    assert_eq!(
+        far.all_reduce(2 << 20, 4, tcp, Unavailable),
+        AllReduceAlgo::RecursiveDoubling
+    );
+    assert_eq!(
+        far.broadcast(4 << 20, 4, tcp, Unavailable),
+        BroadcastAlgo::BinomialTree
+    );
+    assert_eq!(
+        slow.broadcast(4 << 20, 2, tcp, Unavailable),
+        BroadcastAlgo::BinomialTree
+    );
+    // A 1 Gbit/s link 1 ms away: the chain from a bandwidth-delay product (125 KB) on.
+    let distant = on(1000, 125_000_000);
+    assert_eq!(
+        distant.broadcast(64 << 10, 8, tcp, Unavailable),
+        BroadcastAlgo::BinomialTree
+    );
+    assert_eq!(
+        distant.broadcast(256 << 10, 8, tcp, Unavailable),
+        BroadcastAlgo::Chain
+    );
+    // Leaders between hosts use the same model; shared memory does not read it.
+    assert_eq!(
+        slow.all_reduce_between_hosts(128 << 10, 4),
+        AllReduceAlgo::Ring
+    );
+    assert_eq!(
+        slow.all_reduce(8, 4, LinkKind::SharedMemory, Unavailable),
+        AllReduceAlgo::ShmOneShot
+    );
+    // Forcing still wins over the model.
+    let forced = AlgoOverrides {
+        tcp: slow.tcp,
+        ..AlgoOverrides::parse("allreduce=recursive_doubling").unwrap()
+    };
+    assert_eq!(
+        forced.all_reduce(64 << 20, 4, tcp, Unavailable),
+        AllReduceAlgo::RecursiveDoubling
+    );
+}

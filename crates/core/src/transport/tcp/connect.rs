@@ -1,0 +1,342 @@
+//! The connecting side and the mesh as a whole: publishing this rank's address, dialling the
+//! lower ranks (with retries and the connecting side's handshake), accepting the higher ones
+//! through the acceptor, and the extra streams to peers on other hosts ([`connect_streams`]).
+//! The top of the module: it uses the others, and only `mod.rs` uses it.
+
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::time::{Duration, Instant};
+
+use super::acceptor::{accept_peers, Acceptor, Slots};
+use super::handshake::{Hello, Reply, Status, ACCEPTOR_LABEL, CONNECTOR_LABEL, REPLY_LEN};
+use super::interface::listen_ip;
+use super::socket::{between_hosts, configure};
+use crate::auth::{self, AuthKey, NONCE_LEN};
+use crate::error::{Error, Result};
+use crate::interrupt;
+use crate::netio::{timed_out, DeadlineIo};
+use crate::store::Store;
+use crate::transport::remaining;
+
+// ---------------------------------------------------------------------------------------------
+// The connecting side
+
+fn connect_with_retry(addr: SocketAddr, deadline: Instant, peer: usize) -> Result<TcpStream> {
+    let mut backoff = Duration::from_millis(1);
+    loop {
+        let left = remaining(deadline).ok_or_else(|| {
+            Error::network(format!("timed out connecting to rank {peer} at {addr}"))
+        })?;
+        match TcpStream::connect_timeout(&addr, left) {
+            Ok(s) => return Ok(s),
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                interrupt::sleep(backoff.min(left))?;
+                backoff = (backoff * 2).min(Duration::from_millis(100));
+            }
+            Err(e) => {
+                return Err(Error::network(format!(
+                    "cannot connect to rank {peer} at {addr}: {e}"
+                )))
+            }
+        }
+    }
+}
+
+/// The connecting side's handshake with rank `peer` at `addr`: hello, reply, and with a key the
+/// proofs both ways. Returns the round trip from hello to reply (a latency sample). Errors say
+/// why `peer` refused (or failed to prove itself).
+fn greet(
+    sock: &mut TcpStream,
+    hello: &Hello,
+    key: Option<&AuthKey>,
+    peer: usize,
+    addr: SocketAddr,
+    deadline: Instant,
+) -> Result<Duration> {
+    let me = hello.rank;
+    let fail = |why: &str| {
+        Error::network(format!(
+            "rank {me} cannot connect to rank {peer} at {addr}: {why}"
+        ))
+    };
+    let hello_bytes = hello.encode();
+    let mut io = DeadlineIo::new(sock, deadline);
+    let read_reply = |io: &mut DeadlineIo<'_>| -> Result<Reply> {
+        let mut b = [0u8; REPLY_LEN];
+        match io.read_exact(&mut b) {
+            Ok(()) => Reply::decode(&b).ok_or_else(|| fail("it answered with something else")),
+            Err(_) if io.interrupted => Err(Error::Interrupted),
+            Err(e) if timed_out(&e) => Err(fail("no answer to the handshake in time")),
+            Err(_) => Err(fail(
+                "it closed the connection during the handshake (another job, or a different \
+                 RUSTDIST_AUTH_KEY?)",
+            )),
+        }
+    };
+    let sent = |r: io::Result<()>| r.map_err(|e| fail(&format!("cannot send the handshake: {e}")));
+    let start = Instant::now();
+    sent(io.write_all(&hello_bytes))?;
+    let reply = read_reply(&mut io)?;
+    let round_trip = start.elapsed();
+    match (reply.status, key) {
+        (Status::Ok, None) => Ok(round_trip),
+        (Status::Challenge, Some(key)) => {
+            let theirs_ok = key.verify(ACCEPTOR_LABEL, &[&hello_bytes, &reply.nonce], &reply.tag);
+            // Our proof goes out even when theirs failed, so that they log the refusal too.
+            let proof = key.tag(CONNECTOR_LABEL, &[&hello_bytes, &reply.nonce]);
+            sent(io.write_all(&proof))?;
+            if !theirs_ok {
+                return Err(fail(Status::AuthFailed.refusal()));
+            }
+            match read_reply(&mut io)?.status {
+                Status::Ok => Ok(round_trip),
+                other => Err(fail(other.refusal())),
+            }
+        }
+        (other, _) => Err(fail(other.refusal())),
+    }
+}
+
+/// What a rank publishes under `{prefix}/addr/{rank}`: its listening address and the job id.
+fn published(addr: SocketAddr, job: u64) -> String {
+    format!("{addr} {job:016x}")
+}
+
+/// The address and job id rank `peer` published.
+pub(super) fn peer_entry(
+    store: &dyn Store,
+    prefix: &str,
+    peer: usize,
+    deadline: Instant,
+) -> Result<(SocketAddr, u64)> {
+    let raw = store.get(&format!("{prefix}/addr/{peer}"), remaining(deadline))?;
+    let text = String::from_utf8_lossy(&raw);
+    text.split_once(' ')
+        .and_then(|(addr, job)| Some((addr.parse().ok()?, u64::from_str_radix(job, 16).ok()?)))
+        .ok_or_else(|| Error::network(format!("rank {peer} published a bad address {text:?}")))
+}
+
+/// Connects this rank to every other rank of the group: publishes its listening address under
+/// `{prefix}/addr/{rank}`, connects to every lower rank and accepts every higher one, all before
+/// `deadline`, authenticating with `RUSTDIST_AUTH_KEY` when set.
+pub fn connect_mesh(
+    store: &dyn Store,
+    prefix: &str,
+    rank: usize,
+    size: usize,
+    group: u32,
+    deadline: Instant,
+) -> Result<Mesh> {
+    let key = AuthKey::from_env();
+    connect_mesh_with(store, prefix, rank, size, group, deadline, key.as_ref())
+}
+
+/// A connected mesh: a socket to every peer, and what the heartbeat needs.
+pub struct Mesh {
+    /// Non-blocking, TCP_NODELAY, indexed by rank (`None` for this rank).
+    pub socks: Vec<Option<TcpStream>>,
+    /// The job id rank 0 drew.
+    pub job: u64,
+    /// A UDP socket on this rank's listening address (`None` alone in the group).
+    pub udp: Option<UdpSocket>,
+    /// The listening address of every lower rank (where its UDP socket is, too).
+    pub lower: Vec<Option<SocketAddr>>,
+    /// The shortest handshake round trip this rank saw connecting to the lower ranks.
+    pub round_trip: Option<Duration>,
+    /// Where the higher ranks connect, kept for their extra streams ([`connect_streams`]).
+    listener: Option<TcpListener>,
+}
+
+/// A TCP listener on `ip` and a UDP socket with the same port number.
+fn bind_pair(ip: IpAddr) -> Result<(TcpListener, UdpSocket, SocketAddr)> {
+    let mut last = None;
+    // The TCP port is free for TCP only: retry while its UDP twin is taken.
+    for _ in 0..16 {
+        let listener = TcpListener::bind((ip, 0))
+            .map_err(|e| Error::network(format!("cannot listen on {ip}: {e}")))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| Error::network(format!("cannot read listening address: {e}")))?;
+        match UdpSocket::bind(addr) {
+            Ok(udp) => return Ok((listener, udp, addr)),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(Error::network(format!(
+        "cannot bind a UDP socket beside the listener on {ip}: {}",
+        last.map_or_else(String::new, |e| e.to_string())
+    )))
+}
+
+/// [`connect_mesh`] with the auth key given (`None`: no authentication).
+pub fn connect_mesh_with(
+    store: &dyn Store,
+    prefix: &str,
+    rank: usize,
+    size: usize,
+    group: u32,
+    deadline: Instant,
+    key: Option<&AuthKey>,
+) -> Result<Mesh> {
+    let mut socks: Vec<Option<TcpStream>> = (0..size).map(|_| None).collect();
+    let mut lower = vec![None; size];
+    if size <= 1 {
+        return Ok(Mesh {
+            socks,
+            job: 0,
+            udp: None,
+            lower,
+            round_trip: None,
+            listener: None,
+        });
+    }
+    let size32 = u32::try_from(size).map_err(|_| Error::invalid("world size exceeds u32"))?;
+    let (listener, udp, addr) = bind_pair(listen_ip()?)?;
+    // Rank 0 draws the job id; the others learn it with rank 0's address.
+    let first = match rank {
+        0 => None,
+        _ => Some(peer_entry(store, prefix, 0, deadline)?),
+    };
+    let job = match first {
+        Some((_, job)) => job,
+        None => {
+            let n = auth::nonce()?;
+            u64::from_le_bytes([n[0], n[1], n[2], n[3], n[4], n[5], n[6], n[7]])
+        }
+    };
+    store.set(
+        &format!("{prefix}/addr/{rank}"),
+        published(addr, job).as_bytes(),
+    )?;
+    let mut shortest_round_trip: Option<Duration> = None;
+    for (peer, slot) in socks.iter_mut().enumerate().take(rank) {
+        let (peer_addr, peer_job) = match (peer, first) {
+            (0, Some(entry)) => entry,
+            _ => peer_entry(store, prefix, peer, deadline)?,
+        };
+        if peer_job != job {
+            return Err(Error::network(format!(
+                "rank {peer} published an address of another job under {prefix:?} (job \
+                 {peer_job:#x}, rank 0's is {job:#x}): stale keys in the store?"
+            )));
+        }
+        let hello = Hello {
+            job,
+            group,
+            size: size32,
+            rank: rank as u64,
+            stream: 0,
+            auth: key.is_some(),
+            nonce: [0; NONCE_LEN],
+        };
+        let (sock, round_trip) = dial(hello, key, peer, peer_addr, deadline)?;
+        shortest_round_trip = Some(shortest_round_trip.map_or(round_trip, |s| s.min(round_trip)));
+        *slot = Some(sock);
+        lower[peer] = Some(peer_addr);
+    }
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| Error::network(format!("cannot configure listener: {e}")))?;
+    let acceptor = Acceptor {
+        rank,
+        size,
+        group,
+        job,
+        key,
+    };
+    let mut slots = Slots {
+        socks: (0..size)
+            .map(|p| if p > rank { vec![None] } else { Vec::new() })
+            .collect(),
+        first_stream: 0,
+    };
+    accept_peers(&listener, &acceptor, &mut slots, deadline)?;
+    for (slot, mut accepted) in socks.iter_mut().zip(slots.socks).skip(rank + 1) {
+        *slot = accepted.pop().flatten();
+    }
+    Ok(Mesh {
+        socks,
+        job,
+        udp: Some(udp),
+        lower,
+        round_trip: shortest_round_trip,
+        listener: Some(listener),
+    })
+}
+
+/// Connects to `peer` at `addr` as `hello` says (with a fresh nonce when keyed) and configures
+/// the socket; returns it with the handshake's round trip.
+fn dial(
+    mut hello: Hello,
+    key: Option<&AuthKey>,
+    peer: usize,
+    addr: SocketAddr,
+    deadline: Instant,
+) -> Result<(TcpStream, Duration)> {
+    if key.is_some() {
+        hello.nonce = auth::nonce()?;
+    }
+    let mut sock = connect_with_retry(addr, deadline, peer)?;
+    let round_trip = greet(&mut sock, &hello, key, peer, addr, deadline)?;
+    configure(&sock)?;
+    Ok((sock, round_trip))
+}
+
+/// Opens `streams - 1` more connections to every peer that `mesh` reaches across hosts
+/// (lower ranks are dialled, higher ones accepted, as for the first), before `deadline`.
+/// Returns them by peer (none for peers on this host, or with `streams` 1). Every rank must
+/// pass the same `streams`.
+pub fn connect_streams(
+    mesh: &Mesh,
+    rank: usize,
+    group: u32,
+    streams: usize,
+    deadline: Instant,
+    key: Option<&AuthKey>,
+) -> Result<Vec<Vec<TcpStream>>> {
+    let size = mesh.socks.len();
+    let mut extra: Vec<Vec<TcpStream>> = (0..size).map(|_| Vec::new()).collect();
+    let cross = |p: usize| mesh.socks[p].as_ref().is_some_and(between_hosts);
+    let Some(listener) = mesh.listener.as_ref().filter(|_| streams > 1) else {
+        return Ok(extra);
+    };
+    let size32 = u32::try_from(size).map_err(|_| Error::invalid("world size exceeds u32"))?;
+    for peer in (0..rank).filter(|&p| cross(p)) {
+        let addr = mesh.lower[peer].ok_or_else(|| {
+            Error::backend(format!("rank {peer}'s address is unknown to rank {rank}"))
+        })?;
+        for stream in 1..streams {
+            let hello = Hello {
+                job: mesh.job,
+                group,
+                size: size32,
+                rank: rank as u64,
+                stream: stream as u32,
+                auth: key.is_some(),
+                nonce: [0; NONCE_LEN],
+            };
+            extra[peer].push(dial(hello, key, peer, addr, deadline)?.0);
+        }
+    }
+    let acceptor = Acceptor {
+        rank,
+        size,
+        group,
+        job: mesh.job,
+        key,
+    };
+    let mut slots = Slots {
+        socks: (0..size)
+            .map(|p| {
+                let n = if p > rank && cross(p) { streams } else { 0 };
+                (0..n).map(|_| None).collect()
+            })
+            .collect(),
+        first_stream: 1,
+    };
+    accept_peers(listener, &acceptor, &mut slots, deadline)?;
+    for (peer, accepted) in slots.socks.into_iter().enumerate() {
+        extra[peer].extend(accepted.into_iter().flatten());
+    }
+    Ok(extra)
+}
