@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use half::{bf16, f16};
+use rustdist_core::algorithms::params::{LeadersAllReduce, LeadersBroadcast, RingShape};
 use rustdist_core::algorithms::{self, allgather, allreduce, alltoall, barrier, broadcast};
 use rustdist_core::algorithms::{gather, reduce, reduce_scatter, scatter, AlgoOverrides, HostCpu};
 use rustdist_core::reduce::{check_supported, reduce_into};
@@ -184,8 +185,8 @@ fn lengths(n: usize) -> Vec<usize> {
 type AllReduceFn = fn(&mut dyn Transport, &OpCtx, &mut [u8]) -> Result<()>;
 type A2aFn = fn(&mut dyn Transport, &OpCtx, &[&[u8]], &mut [&mut [u8]]) -> Result<()>;
 
-fn ring_shape(chunk_bytes: usize, piece_bytes: usize) -> allreduce::ring::RingShape {
-    allreduce::ring::RingShape {
+fn ring_shape(chunk_bytes: usize, piece_bytes: usize) -> RingShape {
+    RingShape {
         chunk_bytes,
         piece_bytes,
     }
@@ -238,8 +239,17 @@ fn all_reduce_algos() -> Vec<(&'static str, Layout, AllReduceFn)> {
             Layout::Together,
             allreduce::shm_single_copy::all_reduce,
         ),
-        ("hierarchical", Layout::Mixed, |t, c, b| {
-            allreduce::hierarchical::all_reduce(t, c, b, &AlgoOverrides::default())
+        // Each algorithm the leaders may run between the hosts.
+        (
+            "hierarchical/recursive_doubling",
+            Layout::Mixed,
+            |t, c, b| {
+                allreduce::hierarchical::all_reduce(t, c, b, LeadersAllReduce::RecursiveDoubling)
+            },
+        ),
+        ("hierarchical/ring", Layout::Mixed, |t, c, b| {
+            let between = LeadersAllReduce::Ring(ring_shape(40, 16));
+            allreduce::hierarchical::all_reduce(t, c, b, between)
         }),
         ("dispatcher", Layout::Apart, |t, c, b| {
             algorithms::all_reduce(t, c, b, &AlgoOverrides::default())
@@ -378,7 +388,7 @@ fn all_reduce_is_bitwise_identical_with_nan_and_signed_zero() {
 #[test]
 fn broadcast_every_algorithm_world_length_root() {
     type BcastFn = fn(&mut dyn Transport, &OpCtx, &mut [u8], usize) -> Result<()>;
-    let algos: [(&str, &[Layout], BcastFn); 7] = [
+    let algos: [(&str, &[Layout], BcastFn); 8] = [
         (
             "binomial_tree",
             &[Layout::Apart],
@@ -397,8 +407,16 @@ fn broadcast_every_algorithm_world_length_root() {
             &[Layout::Together],
             broadcast::single_copy::broadcast,
         ),
-        ("hierarchical", &[Layout::Mixed], |t, c, b, r| {
-            broadcast::hierarchical::broadcast(t, c, b, r, &AlgoOverrides::default())
+        // Each algorithm the leaders may run between the hosts.
+        (
+            "hierarchical/binomial_tree",
+            &[Layout::Mixed],
+            |t, c, b, r| {
+                broadcast::hierarchical::broadcast(t, c, b, r, LeadersBroadcast::BinomialTree)
+            },
+        ),
+        ("hierarchical/chain", &[Layout::Mixed], |t, c, b, r| {
+            broadcast::hierarchical::broadcast(t, c, b, r, LeadersBroadcast::Chain)
         }),
         ("dispatcher", &ALL_LAYOUTS, |t, c, b, r| {
             algorithms::broadcast(t, c, b, r, &AlgoOverrides::default())

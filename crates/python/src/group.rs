@@ -11,7 +11,7 @@ use rustdist_core::tensor::{RawBuf, Tensor};
 use rustdist_core::work::Keepalive;
 use rustdist_core::{CollectiveKind, DType, ProcessGroup, ReduceOp};
 
-use crate::error::CoreResult;
+use crate::error::{CoreResult, PyDistError};
 use crate::interrupt;
 use crate::store::store_from_py;
 use crate::work::PyWork;
@@ -95,7 +95,8 @@ impl PyProcessGroup {
         let timeout = Duration::from_secs_f64(timeout);
         let pg = interrupt::blocking(py, || {
             ProcessGroup::new(store, rank, size, &group_name, timeout)
-        })?;
+        })
+        .map_err(PyDistError)?;
         Ok(PyProcessGroup { pg: Arc::new(pg) })
     }
 

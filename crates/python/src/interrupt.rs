@@ -9,8 +9,6 @@ use pyo3::exceptions::PyKeyboardInterrupt;
 use pyo3::prelude::*;
 use rustdist_core::{interrupt, Error};
 
-use crate::error::PyDistError;
-
 thread_local! {
     /// The exception a signal handler raised during this thread's blocked call.
     static PENDING: RefCell<Option<PyErr>> = const { RefCell::new(None) };
@@ -49,14 +47,14 @@ pub fn from_py(py: Python<'_>, e: PyErr, describe: impl FnOnce(&PyErr) -> String
     Error::store(describe(&e))
 }
 
-/// Runs `f` with the GIL released and interruption enabled on this thread.
+/// Runs `f` with the GIL released and interruption enabled on this thread. The error stays a
+/// core one (`?` in a `CoreResult` binding converts it), so this module sits below `error`.
 pub fn blocking<T: Send>(
     py: Python<'_>,
     f: impl FnOnce() -> rustdist_core::Result<T> + Send,
-) -> Result<T, PyDistError> {
+) -> rustdist_core::Result<T> {
     py.detach(|| {
         let _on = interrupt::enable();
         f()
     })
-    .map_err(PyDistError)
 }

@@ -15,6 +15,7 @@ use rustdist_core::store::{
     FileStore, HashStore, PrefixStore, Store, TcpStore, TcpStoreOptions, DEFAULT_TIMEOUT,
 };
 
+use crate::error::PyDistError;
 use crate::interrupt;
 
 /// `datetime.timedelta.max` in seconds (rounded down).
@@ -25,7 +26,7 @@ fn blocking<T: Send>(
     py: Python<'_>,
     f: impl FnOnce() -> rustdist_core::Result<T> + Send,
 ) -> PyResult<T> {
-    Ok(interrupt::blocking(py, f)?)
+    Ok(interrupt::blocking(py, f).map_err(PyDistError)?)
 }
 
 /// A timeout given as `timedelta` or seconds.

@@ -60,7 +60,7 @@ impl PyWork {
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
         let work = self.work.clone();
         let timeout = timeout.map(Duration::from_secs_f64);
-        interrupt::blocking(py, || work.wait(timeout))?;
+        interrupt::blocking(py, || work.wait(timeout)).map_err(PyDistError)?;
         Ok(true)
     }
 

@@ -248,10 +248,14 @@ pub(crate) fn region_bytes(n: usize, elem: usize) -> usize {
     (raw / elem).max(1) * elem
 }
 
+/// How many hosts the ranks sit on (`host_of`: host index per rank, numbered from 0).
+pub(crate) fn host_count(host_of: &[usize]) -> usize {
+    host_of.iter().max().map_or(0, |&h| h + 1)
+}
+
 /// The leader of every host, in host order: its lowest rank, or `root` on the root's host.
 pub(crate) fn leaders(host_of: &[usize], root: Option<usize>) -> Vec<usize> {
-    let hosts = host_of.iter().max().map_or(0, |&h| h + 1);
-    (0..hosts)
+    (0..host_count(host_of))
         .filter_map(|h| match root {
             Some(r) if host_of[r] == h => Some(r),
             _ => host_of.iter().position(|&x| x == h),

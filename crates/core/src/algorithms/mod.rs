@@ -3,11 +3,12 @@
 //! workspace the transport offers when ranks share a host.
 //!
 //! The dispatchers below are what the process group calls: they validate the buffers, ask
-//! [`select`] which algorithm to run, and run it. Every algorithm is correct for any world
-//! size, any length (including 0 and fewer elements than ranks), and leaves all ranks with
-//! bitwise identical results.
+//! [`select`] which algorithm to run, and run it with the parameters of that choice
+//! ([`params`]). Every algorithm is correct for any world size, any length (including 0 and
+//! fewer elements than ranks), and leaves all ranks with bitwise identical results.
 
 pub(crate) mod common;
+pub mod params;
 pub mod select;
 
 pub mod allreduce {
@@ -63,6 +64,7 @@ pub mod monitored_barrier {
     pub mod linear;
 }
 
+use params::{LeadersAllReduce, LeadersBroadcast};
 pub use select::{streams_per_peer, AlgoOverrides, HostCpu, LinkModel, Measured};
 use select::{
     AllGatherAlgo, AllReduceAlgo, AllToAllAlgo, BarrierAlgo, BroadcastAlgo, GatherAlgo, ReduceAlgo,
@@ -131,7 +133,14 @@ pub fn all_reduce(
         AllReduceAlgo::ShmOneShot => allreduce::shm_oneshot::all_reduce(t, ctx, buf),
         AllReduceAlgo::ShmTwoShot => allreduce::shm_twoshot::all_reduce(t, ctx, buf),
         AllReduceAlgo::ShmSingleCopy => allreduce::shm_single_copy::all_reduce(t, ctx, buf),
-        AllReduceAlgo::Hierarchical => allreduce::hierarchical::all_reduce(t, ctx, buf, algos),
+        AllReduceAlgo::Hierarchical => {
+            let hosts = common::host_count(t.host_of());
+            let between = match algos.all_reduce_between_hosts(buf.len(), hosts) {
+                AllReduceAlgo::RecursiveDoubling => LeadersAllReduce::RecursiveDoubling,
+                _ => LeadersAllReduce::Ring(algos.ring_shape()),
+            };
+            allreduce::hierarchical::all_reduce(t, ctx, buf, between)
+        }
     }
 }
 
@@ -175,7 +184,14 @@ pub fn broadcast(
         ),
         BroadcastAlgo::Shm => broadcast::shm::broadcast(t, ctx, buf, root),
         BroadcastAlgo::SingleCopy => broadcast::single_copy::broadcast(t, ctx, buf, root),
-        BroadcastAlgo::Hierarchical => broadcast::hierarchical::broadcast(t, ctx, buf, root, algos),
+        BroadcastAlgo::Hierarchical => {
+            let hosts = common::host_count(t.host_of());
+            let between = match algos.broadcast_between_hosts(buf.len(), hosts) {
+                BroadcastAlgo::Chain => LeadersBroadcast::Chain,
+                _ => LeadersBroadcast::BinomialTree,
+            };
+            broadcast::hierarchical::broadcast(t, ctx, buf, root, between)
+        }
     }
 }
 

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::tensor::RawBuf;
-use crate::types::{CollectiveKind, DType, ReduceOp};
+use crate::types::ReduceOp;
 use workspace::{Arrival, Workspace, DEPTH};
 
 pub mod cma;
@@ -20,8 +20,11 @@ pub mod local;
 pub mod members;
 pub mod mesh;
 pub mod shm;
+mod signature;
 pub mod tcp;
 pub mod workspace;
+
+pub use signature::Signature;
 
 /// Time left until `deadline`, or `None` once it has passed.
 pub fn remaining(deadline: Instant) -> Option<Duration> {
@@ -37,20 +40,6 @@ fn no_point_to_point(done: P2pDone) {
     done(Err(Error::Runtime(
         "this transport has no point-to-point operations".into(),
     )))
-}
-
-/// What every rank of one collective must agree on. It travels in every frame header, so a
-/// rank that called a different collective, dtype, reduce op or element count is caught on
-/// the first message, at no extra cost.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Signature {
-    pub kind: CollectiveKind,
-    pub dtype: DType,
-    /// The user's reduce op (also for ops that travel as SUM, like AVG).
-    pub op: ReduceOp,
-    /// Elements this collective moves per rank, as defined by each collective (e.g. the
-    /// all_reduce tensor's numel). Ranks must agree on it.
-    pub count: u64,
 }
 
 /// One collective in progress: its sequence number in the group, its signature, the kernel op

@@ -27,7 +27,8 @@
 
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
-use crate::transport::{cma, Signature};
+use crate::transport::cma;
+use crate::transport::signature::Signature;
 use crate::types::CollectiveKind;
 
 /// Bytes of a cache line: flags sit on lines of their own.

@@ -14,21 +14,13 @@
 use std::ops::Range;
 
 use crate::algorithms::common::{part, send_recv_pair};
+use crate::algorithms::params::RingShape;
 use crate::error::Result;
 use crate::transport::{Op, OpCtx, Transport};
 
 /// Pieces a rank has sent ahead of the one it receives, plus one. Two pieces ahead fit the
 /// receiver's early-frame stash, so no sender can block on a receiver that waits for it.
 pub const WINDOW: usize = 3;
-
-/// How the ring cuts a buffer (`AlgoOverrides::ring_shape` gives the policy's).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RingShape {
-    /// Bound on one rank's chunk of a segment.
-    pub chunk_bytes: usize,
-    /// Bound on one message: a chunk travels in pieces of at most this.
-    pub piece_bytes: usize,
-}
 
 /// All-reduces `buf` in place with `ctx.reduce`.
 pub fn all_reduce(

@@ -3,18 +3,19 @@
 //! broadcasts in shared memory on its host.
 
 use crate::algorithms::common::{leaders, local_index};
-use crate::algorithms::select::{AlgoOverrides, BroadcastAlgo};
+use crate::algorithms::params::LeadersBroadcast;
 use crate::error::Result;
 use crate::transport::members::Members;
 use crate::transport::{OpCtx, Transport};
 
-/// Copies `buf` of rank `root` into `buf` of every other rank.
+/// Copies `buf` of rank `root` into `buf` of every other rank; the root and the other hosts'
+/// leaders run `between` among themselves.
 pub fn broadcast(
     t: &mut dyn Transport,
     ctx: &OpCtx,
     buf: &mut [u8],
     root: usize,
-    algos: &AlgoOverrides,
+    between: LeadersBroadcast,
 ) -> Result<()> {
     let leaders = leaders(t.host_of(), Some(root));
     let my_leader = leaders[t.host_of()[t.rank()]];
@@ -22,12 +23,14 @@ pub fn broadcast(
         if leaders.len() > 1 {
             let from = leaders.iter().position(|&l| l == root).unwrap_or(0);
             let view = &mut Members::new(t, &leaders, i);
-            match algos.broadcast_between_hosts(buf.len(), leaders.len()) {
-                BroadcastAlgo::Chain => {
+            match between {
+                LeadersBroadcast::Chain => {
                     let segment = super::chain::segment_bytes(buf.len());
                     super::chain::broadcast(view, ctx, buf, from, segment)?
                 }
-                _ => super::binomial_tree::broadcast(view, ctx, buf, from)?,
+                LeadersBroadcast::BinomialTree => {
+                    super::binomial_tree::broadcast(view, ctx, buf, from)?
+                }
             }
         }
     }

@@ -27,13 +27,14 @@
 //! - `streams`: TCP streams per peer (`RUSTDIST_STREAMS_PER_PEER`);
 //! - `table`: the `--show-selection` table.
 //!
-//! Dependencies run one way: the dispatcher (`algorithms/mod.rs`) and the hierarchical
-//! algorithms use `select`; `select` uses `allreduce::ring` ([`RingShape`], what the ring
-//! policy returns), `alltoall::single_copy` (`MAX_RANKS`) and the transport
-//! ([`LinkKind`], [`SingleCopy`]); `algorithms/common.rs`, which those algorithms use, does
-//! not use `select` (it takes [`SingleCopy`] from `transport::workspace`).
+//! Dependencies run one way: the dispatcher (`algorithms/mod.rs`) uses `select` and hands the
+//! algorithm it picked the parameters of the choice (`algorithms/params.rs`: the ring's
+//! [`RingShape`], the leaders' algorithm of a hierarchical one); no algorithm uses `select`.
+//! `select` uses `params`, `alltoall::single_copy` (`MAX_RANKS`) and the transport
+//! ([`LinkKind`], [`SingleCopy`]); `algorithms/common.rs`, which the algorithms use, does not
+//! use `select` (it takes [`SingleCopy`] from `transport::workspace`).
 //!
-//! [`RingShape`]: crate::algorithms::allreduce::ring::RingShape
+//! [`RingShape`]: crate::algorithms::params::RingShape
 //! [`LinkKind`]: crate::transport::LinkKind
 
 mod cpu;

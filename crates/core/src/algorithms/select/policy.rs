@@ -15,7 +15,7 @@ use super::thresholds::{
     TCP_ALL_GATHER_DIRECT_MAX_BYTES, TCP_ALL_REDUCE_RD_MAX_BYTES,
     TCP_BROADCAST_CHAIN_HOST_BOUND_MIN_BYTES, TCP_BROADCAST_CHAIN_MIN_BYTES,
 };
-use crate::algorithms::allreduce::ring::RingShape;
+use crate::algorithms::params::RingShape;
 use crate::transport::workspace::SingleCopy;
 use crate::transport::LinkKind;
 

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::*;
-use crate::algorithms::allreduce::ring::RingShape;
+use crate::algorithms::params::RingShape;
 use crate::transport::LinkKind;
 use SingleCopy::{CoreEach, SharedCores, Unavailable};
 

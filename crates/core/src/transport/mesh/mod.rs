@@ -9,12 +9,13 @@
 //! later call, so an `irecv` never blocks the collectives queued after it. Errors are sticky:
 //! once failed, the transport fails every pending and later operation.
 //!
-//! The parts: `link` (the byte pipes), `tx` (queued frames and writing them), `rx` (reading
-//! frames and matching them to receives), `p2p` (posted point-to-point operations),
-//! `progress` (the loop that moves bytes and waits), `shared` (waiting in the workspace).
+//! The parts: `link` (the byte pipes), `state` (the transport's state and the frames and
+//! receives in it), `tx` (writing queued frames), `p2p` (posted point-to-point operations),
+//! `rx` (reading frames and matching them to receives), `progress` (the loop that moves bytes
+//! and waits), `shared` (waiting in the workspace). Each part uses only those before it in
+//! that list; this file, which connects the transport and implements [`Transport`], uses them.
 
 use std::collections::VecDeque;
-use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,9 +26,8 @@ use crate::store::Store;
 use crate::tensor::RawBuf;
 use crate::transport::frame::{abort_class, FrameKind, Header};
 use crate::transport::heartbeat::{Heartbeat, HeartbeatConfig, Identity};
-use crate::transport::shm::{share_memory, ShmHost, ShmPipe};
+use crate::transport::shm::share_memory;
 use crate::transport::tcp::{agree_latency, agree_links, connect_mesh, connect_streams};
-use crate::transport::workspace::Workspace;
 use crate::transport::{Op, OpCtx, P2pDone, SharedMemory, Transport};
 use crate::types::CollectiveKind;
 
@@ -36,115 +36,16 @@ mod p2p;
 mod progress;
 mod rx;
 mod shared;
+mod state;
 #[cfg(test)]
 mod tests;
 mod tx;
 
-use link::Connection;
-use p2p::PostedRecv;
+pub use state::MeshTransport;
+
 use progress::PUMP_NAP;
-use rx::{Frame, Rx, StepRecv, RX_IDLE};
-use tx::OutFrame;
-
-struct Peer {
-    link: Connection,
-    rx: Rx,
-    txq: VecDeque<OutFrame>,
-    /// Frames ever queued: the next frame's ticket.
-    queued: u64,
-    /// Collective frames received ahead of their receive (FIFO per peer).
-    collective: VecDeque<Frame>,
-    /// Tagged frames waiting for a matching receive.
-    tagged: VecDeque<Frame>,
-    /// Set once the peer said goodbye; its EOF is then not a failure.
-    left: bool,
-    closed: bool,
-    /// Scratch for `RecvReduce`: incoming bytes before they are reduced into place.
-    scratch: Vec<u8>,
-    /// Payload buffers of consumed stashed frames, reused by the next ones: a ring step's
-    /// frame often arrives before its receive is posted, and a fresh buffer each time costs
-    /// page faults and zeroing on every step.
-    spare: Vec<Vec<u8>>,
-}
-
-impl Peer {
-    fn new(sock: TcpStream, shm: Option<ShmPipe>, extra: Vec<TcpStream>) -> Result<Peer> {
-        Ok(Peer {
-            link: Connection::new(sock, shm, extra)?,
-            rx: RX_IDLE,
-            txq: VecDeque::new(),
-            queued: 0,
-            collective: VecDeque::new(),
-            tagged: VecDeque::new(),
-            left: false,
-            closed: false,
-            scratch: Vec::new(),
-            spare: Vec::new(),
-        })
-    }
-
-    /// Whether a collective frame from this peer waits in its link (see `rx::holds`).
-    fn holds_frame(&self) -> bool {
-        matches!(self.rx, Rx::Held(_))
-    }
-
-    /// A buffer for the payload of a frame read into the stash: a spare one when there is
-    /// one. Its length is stale; the stash grows it as bytes arrive and trims it at the end.
-    fn stash_buffer(&mut self) -> Vec<u8> {
-        self.spare.pop().unwrap_or_default()
-    }
-
-    /// Keeps a consumed stash payload for reuse (a few per peer, none very large, so memory
-    /// stays bounded).
-    fn recycle(&mut self, payload: Vec<u8>) {
-        if self.spare.len() < SPARE_STASH_BUFFERS && payload.capacity() <= SPARE_MAX_BYTES {
-            self.spare.push(payload);
-        }
-    }
-}
-
-/// Spare stash buffers kept per peer.
-const SPARE_STASH_BUFFERS: usize = 2;
-/// The largest stash buffer kept for reuse: a collective's frame fits (the ring all_reduce's
-/// chunks are at most 16 MiB), a large point-to-point message is not kept.
-const SPARE_MAX_BYTES: usize = 16 << 20;
-
-/// The mesh transport of one group.
-pub struct MeshTransport {
-    rank: usize,
-    size: usize,
-    group: u32,
-    peers: Vec<Option<Peer>>,
-    /// Collective sequence number of the current message counters.
-    seq: u64,
-    sent_steps: Vec<u32>,
-    recv_steps: Vec<u32>,
-    posted: Vec<PostedRecv>,
-    next_id: u64,
-    /// Tagged messages this rank sent to itself, waiting for a matching receive.
-    own_tagged: VecDeque<Frame>,
-    failed: Option<Error>,
-    /// The group's abort signal, polled while waiting.
-    cancel: Arc<Cancel>,
-    /// Host index of every rank (ranks of a host share memory).
-    host_of: Vec<usize>,
-    /// The workspace of the ranks on this host, when there are several.
-    ws: Option<Workspace>,
-    /// The collective the workspace was last told about.
-    ws_seq: u64,
-    /// The links' one-way latency measured at connect (the same on every rank).
-    latency: Option<Duration>,
-    /// The slowest link between hosts in bytes per second, measured at connect (the same on
-    /// every rank; None when the group is on one host).
-    bandwidth: Option<u64>,
-    /// TCP streams to each peer on another host (1 on one host).
-    streams: usize,
-    /// Fails the group (through `cancel`) when a peer goes silent; stopped at shutdown.
-    heartbeat: Option<Heartbeat>,
-    /// Shared memory with the peers on this host; after `peers` and `ws`, so the pipes and
-    /// the workspace go first.
-    host: Option<ShmHost>,
-}
+use rx::StepRecv;
+use state::{Frame, OutFrame, Peer, PostedRecv};
 
 impl MeshTransport {
     /// The links' one-way latency measured at connect, the same on every rank (None alone).
@@ -271,40 +172,6 @@ impl MeshTransport {
             heartbeat,
             host,
         })
-    }
-
-    fn peer(&mut self, p: usize) -> Result<&mut Peer> {
-        let size = self.size;
-        self.peers
-            .get_mut(p)
-            .and_then(|x| x.as_mut())
-            .ok_or_else(|| {
-                Error::invalid(format!("rank {p} is not a peer in a group of size {size}"))
-            })
-    }
-
-    /// Makes `e` the transport's sticky error and fails every pending point-to-point operation
-    /// (dropping queued frames, whose borrowed payloads must not be touched after this).
-    fn fail(&mut self, e: Error) -> Error {
-        if self.failed.is_none() {
-            self.failed = Some(e.clone());
-        }
-        let mut dones = Vec::new();
-        for peer in self.peers.iter_mut().flatten() {
-            dones.extend(peer.txq.drain(..).filter_map(|f| f.done.map(|(d, _)| d)));
-        }
-        dones.extend(self.posted.drain(..).filter_map(|r| r.done));
-        for done in dones {
-            done(Err(e.clone()));
-        }
-        e
-    }
-
-    fn check_failed(&self) -> Result<()> {
-        match &self.failed {
-            Some(e) => Err(e.clone()),
-            None => Ok(()),
-        }
     }
 
     /// Restarts the per-peer message counters when a new collective begins.

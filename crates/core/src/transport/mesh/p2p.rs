@@ -5,23 +5,8 @@
 
 use std::time::Instant;
 
-use super::MeshTransport;
+use super::state::MeshTransport;
 use crate::error::{Error, Result};
-use crate::tensor::RawBuf;
-use crate::transport::P2pDone;
-
-/// A posted point-to-point receive.
-pub(super) struct PostedRecv {
-    pub(super) id: u64,
-    pub(super) src: Option<usize>,
-    pub(super) tag: u64,
-    pub(super) buf: RawBuf,
-    pub(super) got: usize,
-    /// The sender, once a frame is streaming in.
-    pub(super) from: Option<usize>,
-    pub(super) deadline: Instant,
-    pub(super) done: Option<P2pDone>,
-}
 
 impl MeshTransport {
     pub(super) fn has_pending_p2p(&self) -> bool {

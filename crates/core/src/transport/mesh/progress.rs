@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use super::rx::StepRecv;
-use super::MeshTransport;
+use super::state::MeshTransport;
 use crate::error::{Error, Result};
 use crate::interrupt;
 use crate::spin::Spin;

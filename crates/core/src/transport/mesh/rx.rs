@@ -8,7 +8,7 @@
 
 use std::io;
 
-use super::MeshTransport;
+use super::state::{Frame, MeshTransport, Rx, RX_IDLE};
 use crate::error::{Error, Result};
 use crate::reduce;
 use crate::transport::frame::{
@@ -19,34 +19,6 @@ use crate::types::{DType, ReduceOp};
 
 /// Bytes read at once into a stash (a claimed length is never allocated before it arrives).
 const STASH_CHUNK: usize = 4 << 20;
-
-/// A complete frame read before anyone asked for it.
-pub(super) struct Frame {
-    pub(super) hdr: Header,
-    pub(super) payload: Vec<u8>,
-}
-
-/// Where the bytes of the frame being read from a peer go.
-pub(super) enum Rx {
-    /// Reading a header.
-    Header { buf: [u8; HEADER_LEN], got: usize },
-    /// Streaming into receive `idx` of the current collective step.
-    Posted { idx: usize },
-    /// Streaming into the posted point-to-point receive with this id.
-    Tagged { id: u64 },
-    /// A collective frame's header, read while no step expected its peer; the payload waits
-    /// in the link (see [`holds`]).
-    Held(Header),
-    /// Collecting a frame nobody asked for yet.
-    Stash { frame: Frame, got: usize },
-    /// Dropping the rest of a frame whose receive failed (it was matched, so it is consumed).
-    Discard { left: usize },
-}
-
-pub(super) const RX_IDLE: Rx = Rx::Header {
-    buf: [0; HEADER_LEN],
-    got: 0,
-};
 
 /// One receive of the current collective step.
 pub(super) struct StepRecv<'a> {

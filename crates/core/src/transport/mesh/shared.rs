@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::MeshTransport;
+use super::state::MeshTransport;
 use crate::error::{Error, Result};
 use crate::interrupt;
 use crate::spin::Spin;

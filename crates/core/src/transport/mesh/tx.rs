@@ -1,43 +1,12 @@
-//! Frames queued for peers and writing them: whole and in order per peer, so a point-to-point
-//! send never interleaves with a collective's frame.
+//! Queueing frames for peers and writing them ([`OutFrame`]): whole and in order per peer, so
+//! a point-to-point send never interleaves with a collective's frame.
 
 use std::io::{self, IoSlice};
 use std::time::{Duration, Instant};
 
-use super::MeshTransport;
+use super::state::{MeshTransport, OutFrame};
 use crate::error::{Error, Result};
-use crate::tensor::RawBuf;
 use crate::transport::frame::{FrameKind, Header, HEADER_LEN};
-use crate::transport::P2pDone;
-
-/// A frame queued for a peer. The payload is borrowed from the caller, who keeps it alive until
-/// the frame is flushed (a collective step waits for that; a posted send's Work holds it).
-pub(super) struct OutFrame {
-    pub(super) header: [u8; HEADER_LEN],
-    pub(super) data: RawBuf,
-    pub(super) off: usize,
-    /// Identifies the frame to the step waiting for it.
-    pub(super) ticket: u64,
-    /// Completion of a point-to-point send, with its deadline.
-    pub(super) done: Option<(P2pDone, Instant)>,
-    /// The payload's own copy, once it has been detached from the caller's memory.
-    pub(super) owned: Option<Vec<u8>>,
-}
-
-impl OutFrame {
-    /// Sends a copy of the payload from here on: the caller's memory is about to be written
-    /// (a receive posted over it) while the send is still queued.
-    pub(super) fn detach(&mut self) {
-        if self.owned.is_some() {
-            return;
-        }
-        // SAFETY: the frame's owner keeps the payload alive until it is flushed (see above).
-        let mut copy = unsafe { self.data.as_slice() }.to_vec();
-        // The Vec's heap buffer stays put when the Vec moves into the frame.
-        self.data = RawBuf::from_mut_slice(&mut copy);
-        self.owned = Some(copy);
-    }
-}
 
 impl MeshTransport {
     /// Queues a frame for `p`; returns its ticket (flushed once no queued frame has it).

@@ -1,0 +1,25 @@
+//! The parameters a choice carries into the algorithm it picks: the policy (`select`) computes
+//! them and the dispatcher passes them on, so the algorithms never ask the policy themselves.
+
+/// How the ring all_reduce cuts a buffer (`AlgoOverrides::ring_shape` gives the policy's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RingShape {
+    /// Bound on one rank's chunk of a segment.
+    pub chunk_bytes: usize,
+    /// Bound on one message: a chunk travels in pieces of at most this.
+    pub piece_bytes: usize,
+}
+
+/// The all_reduce the hosts' leaders of a hierarchical all_reduce run among themselves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeadersAllReduce {
+    RecursiveDoubling,
+    Ring(RingShape),
+}
+
+/// The broadcast the hosts' leaders of a hierarchical broadcast run among themselves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeadersBroadcast {
+    BinomialTree,
+    Chain,
+}

@@ -1,0 +1,231 @@
+//! The mesh transport's state, below every part that works on it: the transport itself, each
+//! peer's link, queues and stashes, the frames and receives they hold, and the helpers the
+//! parts share (`peer`; `fail` and `check_failed` for the sticky error). The parts (`tx`,
+//! `p2p`, `rx`, `progress`, `shared`) add their methods in their own files; none uses
+//! `mod.rs`, which connects the transport and implements
+//! [`Transport`](crate::transport::Transport) on them.
+
+use std::collections::VecDeque;
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::link::Connection;
+use crate::cancel::Cancel;
+use crate::error::{Error, Result};
+use crate::tensor::RawBuf;
+use crate::transport::frame::{Header, HEADER_LEN};
+use crate::transport::heartbeat::Heartbeat;
+use crate::transport::shm::{ShmHost, ShmPipe};
+use crate::transport::workspace::Workspace;
+use crate::transport::P2pDone;
+
+/// The mesh transport of one group.
+pub struct MeshTransport {
+    pub(super) rank: usize,
+    pub(super) size: usize,
+    pub(super) group: u32,
+    pub(super) peers: Vec<Option<Peer>>,
+    /// Collective sequence number of the current message counters.
+    pub(super) seq: u64,
+    pub(super) sent_steps: Vec<u32>,
+    pub(super) recv_steps: Vec<u32>,
+    pub(super) posted: Vec<PostedRecv>,
+    pub(super) next_id: u64,
+    /// Tagged messages this rank sent to itself, waiting for a matching receive.
+    pub(super) own_tagged: VecDeque<Frame>,
+    pub(super) failed: Option<Error>,
+    /// The group's abort signal, polled while waiting.
+    pub(super) cancel: Arc<Cancel>,
+    /// Host index of every rank (ranks of a host share memory).
+    pub(super) host_of: Vec<usize>,
+    /// The workspace of the ranks on this host, when there are several.
+    pub(super) ws: Option<Workspace>,
+    /// The collective the workspace was last told about.
+    pub(super) ws_seq: u64,
+    /// The links' one-way latency measured at connect (the same on every rank).
+    pub(super) latency: Option<Duration>,
+    /// The slowest link between hosts in bytes per second, measured at connect (the same on
+    /// every rank; None when the group is on one host).
+    pub(super) bandwidth: Option<u64>,
+    /// TCP streams to each peer on another host (1 on one host).
+    pub(super) streams: usize,
+    /// Fails the group (through `cancel`) when a peer goes silent; stopped at shutdown.
+    pub(super) heartbeat: Option<Heartbeat>,
+    /// Shared memory with the peers on this host; after `peers` and `ws`, so the pipes and
+    /// the workspace go first.
+    pub(super) host: Option<ShmHost>,
+}
+
+impl MeshTransport {
+    pub(super) fn peer(&mut self, p: usize) -> Result<&mut Peer> {
+        let size = self.size;
+        self.peers
+            .get_mut(p)
+            .and_then(|x| x.as_mut())
+            .ok_or_else(|| {
+                Error::invalid(format!("rank {p} is not a peer in a group of size {size}"))
+            })
+    }
+
+    /// Makes `e` the transport's sticky error and fails every pending point-to-point operation
+    /// (dropping queued frames, whose borrowed payloads must not be touched after this).
+    pub(super) fn fail(&mut self, e: Error) -> Error {
+        if self.failed.is_none() {
+            self.failed = Some(e.clone());
+        }
+        let mut dones = Vec::new();
+        for peer in self.peers.iter_mut().flatten() {
+            dones.extend(peer.txq.drain(..).filter_map(|f| f.done.map(|(d, _)| d)));
+        }
+        dones.extend(self.posted.drain(..).filter_map(|r| r.done));
+        for done in dones {
+            done(Err(e.clone()));
+        }
+        e
+    }
+
+    pub(super) fn check_failed(&self) -> Result<()> {
+        match &self.failed {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+}
+
+pub(super) struct Peer {
+    pub(super) link: Connection,
+    pub(super) rx: Rx,
+    pub(super) txq: VecDeque<OutFrame>,
+    /// Frames ever queued: the next frame's ticket.
+    pub(super) queued: u64,
+    /// Collective frames received ahead of their receive (FIFO per peer).
+    pub(super) collective: VecDeque<Frame>,
+    /// Tagged frames waiting for a matching receive.
+    pub(super) tagged: VecDeque<Frame>,
+    /// Set once the peer said goodbye; its EOF is then not a failure.
+    pub(super) left: bool,
+    pub(super) closed: bool,
+    /// Scratch for `RecvReduce`: incoming bytes before they are reduced into place.
+    pub(super) scratch: Vec<u8>,
+    /// Payload buffers of consumed stashed frames, reused by the next ones: a ring step's
+    /// frame often arrives before its receive is posted, and a fresh buffer each time costs
+    /// page faults and zeroing on every step.
+    pub(super) spare: Vec<Vec<u8>>,
+}
+
+impl Peer {
+    pub(super) fn new(
+        sock: TcpStream,
+        shm: Option<ShmPipe>,
+        extra: Vec<TcpStream>,
+    ) -> Result<Peer> {
+        Ok(Peer {
+            link: Connection::new(sock, shm, extra)?,
+            rx: RX_IDLE,
+            txq: VecDeque::new(),
+            queued: 0,
+            collective: VecDeque::new(),
+            tagged: VecDeque::new(),
+            left: false,
+            closed: false,
+            scratch: Vec::new(),
+            spare: Vec::new(),
+        })
+    }
+
+    /// Whether a collective frame from this peer waits in its link (see `rx::holds`).
+    pub(super) fn holds_frame(&self) -> bool {
+        matches!(self.rx, Rx::Held(_))
+    }
+
+    /// A buffer for the payload of a frame read into the stash: a spare one when there is
+    /// one. Its length is stale; the stash grows it as bytes arrive and trims it at the end.
+    pub(super) fn stash_buffer(&mut self) -> Vec<u8> {
+        self.spare.pop().unwrap_or_default()
+    }
+
+    /// Keeps a consumed stash payload for reuse (a few per peer, none very large, so memory
+    /// stays bounded).
+    pub(super) fn recycle(&mut self, payload: Vec<u8>) {
+        if self.spare.len() < SPARE_STASH_BUFFERS && payload.capacity() <= SPARE_MAX_BYTES {
+            self.spare.push(payload);
+        }
+    }
+}
+
+/// Spare stash buffers kept per peer.
+const SPARE_STASH_BUFFERS: usize = 2;
+/// The largest stash buffer kept for reuse: a collective's frame fits (the ring all_reduce's
+/// chunks are at most 16 MiB), a large point-to-point message is not kept.
+const SPARE_MAX_BYTES: usize = 16 << 20;
+
+/// A frame queued for a peer. The payload is borrowed from the caller, who keeps it alive until
+/// the frame is flushed (a collective step waits for that; a posted send's Work holds it).
+pub(super) struct OutFrame {
+    pub(super) header: [u8; HEADER_LEN],
+    pub(super) data: RawBuf,
+    pub(super) off: usize,
+    /// Identifies the frame to the step waiting for it.
+    pub(super) ticket: u64,
+    /// Completion of a point-to-point send, with its deadline.
+    pub(super) done: Option<(P2pDone, Instant)>,
+    /// The payload's own copy, once it has been detached from the caller's memory.
+    pub(super) owned: Option<Vec<u8>>,
+}
+
+impl OutFrame {
+    /// Sends a copy of the payload from here on: the caller's memory is about to be written
+    /// (a receive posted over it) while the send is still queued.
+    pub(super) fn detach(&mut self) {
+        if self.owned.is_some() {
+            return;
+        }
+        // SAFETY: the frame's owner keeps the payload alive until it is flushed (see above).
+        let mut copy = unsafe { self.data.as_slice() }.to_vec();
+        // The Vec's heap buffer stays put when the Vec moves into the frame.
+        self.data = RawBuf::from_mut_slice(&mut copy);
+        self.owned = Some(copy);
+    }
+}
+
+/// A complete frame read before anyone asked for it.
+pub(super) struct Frame {
+    pub(super) hdr: Header,
+    pub(super) payload: Vec<u8>,
+}
+
+/// Where the bytes of the frame being read from a peer go.
+pub(super) enum Rx {
+    /// Reading a header.
+    Header { buf: [u8; HEADER_LEN], got: usize },
+    /// Streaming into receive `idx` of the current collective step.
+    Posted { idx: usize },
+    /// Streaming into the posted point-to-point receive with this id.
+    Tagged { id: u64 },
+    /// A collective frame's header, read while no step expected its peer; the payload waits
+    /// in the link (see `rx::holds`).
+    Held(Header),
+    /// Collecting a frame nobody asked for yet.
+    Stash { frame: Frame, got: usize },
+    /// Dropping the rest of a frame whose receive failed (it was matched, so it is consumed).
+    Discard { left: usize },
+}
+
+pub(super) const RX_IDLE: Rx = Rx::Header {
+    buf: [0; HEADER_LEN],
+    got: 0,
+};
+
+/// A posted point-to-point receive.
+pub(super) struct PostedRecv {
+    pub(super) id: u64,
+    pub(super) src: Option<usize>,
+    pub(super) tag: u64,
+    pub(super) buf: RawBuf,
+    pub(super) got: usize,
+    /// The sender, once a frame is streaming in.
+    pub(super) from: Option<usize>,
+    pub(super) deadline: Instant,
+    pub(super) done: Option<P2pDone>,
+}
