@@ -77,6 +77,23 @@ def case_async_future(rank: int, world: int) -> None:
     eq(work.result()[0], torch.ones(8) * sum(range(world)))
 
 
+def case_failed_op_fails_its_future(rank: int, world: int) -> None:
+    """The future torch's C++ gets from a failed operation (typed List[Tensor], as DDP's
+    reducer waits on it) fails with the operation's error instead of completing with the
+    untouched tensors. Here the ranks disagree on the size, so the all_reduce fails on all."""
+    g = dist.new_group(list(range(world)))
+    t = torch.ones(4 + rank)
+    work = g.allreduce([t])  # the method C++ calls: asynchronous
+    try:
+        got = work.get_future().wait()
+    except RuntimeError as e:
+        assert "all_reduce mismatch between ranks: tensor size differs" in str(e), e
+    else:
+        raise AssertionError(f"the future of a failed all_reduce completed with {got}")
+    assert not work.is_success() and work.exception() is not None
+    dist.destroy_process_group(g)
+
+
 def case_broadcast(rank: int, world: int) -> None:
     for src in range(world):
         t = rank_data(rank, 333)
@@ -479,7 +496,8 @@ def case_rustdist_api_on_torch_world(rank: int, world: int) -> None:
 
 
 SUITES: dict[str, list[Callable[[int, int], None]]] = {
-    "collectives": [case_backend_name, case_all_reduce, case_async_future, case_broadcast,
+    "collectives": [case_backend_name, case_all_reduce, case_async_future,
+                    case_failed_op_fails_its_future, case_broadcast,
                     case_all_gather, case_reduce_scatter, case_send_recv,
                     case_barrier_and_objects, case_subgroup, case_coalescing,
                     case_funcol_eager, case_funcol_inflight, case_reduce,
@@ -493,8 +511,8 @@ SUITES: dict[str, list[Callable[[int, int], None]]] = {
     "mesh": [case_mesh_1d, case_mesh_2d, case_dtensor, case_dtensor_tp_2d],
 }
 #: Cases whose checks need rustdist itself (the rest also run on gloo, for the comparisons).
-RUSTDIST_ONLY = {"case_backend_name", "case_monitored_barrier",
-                 "case_rustdist_api_on_torch_world"}
+RUSTDIST_ONLY = {"case_backend_name", "case_failed_op_fails_its_future",
+                 "case_monitored_barrier", "case_rustdist_api_on_torch_world"}
 
 OUT_DIR = ""
 

@@ -15,6 +15,7 @@ import rustdist
 import rustdist._core as core
 import rustdist.cuda as rcuda
 from rustdist import distributed_c10d as c10d
+from rustdist._torch_backend import new_process_group
 
 torch = pytest.importorskip("torch")
 
@@ -100,7 +101,7 @@ needs_no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA devi
 
 def _world1(name: str) -> c10d.ProcessGroup:
     store = core.HashStore()
-    pg = c10d._new_process_group(store, 0, 1, 10.0, name, [0])
+    pg = new_process_group(store, 0, 1, 10.0, name, [0])
     pg._store = store  # what the API layer will set on every group
     return pg
 

@@ -24,6 +24,7 @@ import rustdist  # noqa: E402
 import rustdist._core as core  # noqa: E402
 import rustdist.cuda as rcuda  # noqa: E402
 from rustdist import distributed_c10d as c10d  # noqa: E402
+from rustdist._torch_backend import new_process_group  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 
@@ -33,7 +34,7 @@ DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int
 
 
 def _group(store: Any, rank: int, size: int, name: str, timeout: float = 30.0) -> Any:
-    return c10d._new_process_group(store, rank, size, timeout, name, list(range(size)))
+    return new_process_group(store, rank, size, timeout, name, list(range(size)))
 
 
 def _close(pg: Any) -> None:

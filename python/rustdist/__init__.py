@@ -12,9 +12,9 @@ import warnings as _warnings
 from typing import Any as _Any
 
 from ._core import FileStore, HashStore, PrefixStore, Store, TCPStore, __version__
+from ._breakpoint import breakpoint
 from ._debug import (
     DebugLevel,
-    breakpoint,
     get_debug_level,
     set_debug_level,
     set_debug_level_from_env,

@@ -1,5 +1,6 @@
 """Debug levels (torch's ``TORCH_DISTRIBUTED_DEBUG``), the DETAIL-mode cross-rank check of
-every collective's arguments, ``breakpoint`` and the ``"rustdist"`` logger."""
+every collective's arguments, the ``"rustdist"`` logger, and ``compiled_like``, which the
+API's wrappers are made with."""
 
 from __future__ import annotations
 
@@ -10,10 +11,6 @@ import inspect
 import json
 import logging
 import os
-import pdb
-import sys
-import traceback
-from datetime import timedelta
 from typing import Any, Callable, Optional, Sequence, TypeVar
 
 import numpy as np
@@ -215,56 +212,6 @@ def check_collective(core_pg: Any, ranks: Sequence[int], name: str, dtype: Optio
                 )
 
 
-# ---------------------------------------------------------------------------------------------
-# breakpoint
-
-_breakpoint_cache: dict[int, int] = {}
-
-
-class _DistributedPdb(pdb.Pdb):
-    """Pdb that reads the terminal (``/dev/stdin``) even when the rank's stdin is not."""
-
-    def interaction(self, *args: Any, **kwargs: Any) -> None:
-        saved = sys.stdin
-        try:
-            with open("/dev/stdin") as stdin:
-                sys.stdin = stdin
-                pdb.Pdb.interaction(self, *args, **kwargs)
-        finally:
-            sys.stdin = saved
-
-
-def breakpoint(  # noqa: A001 - torch's name
-    rank: int = 0, skip: int = 0, timeout_s: Optional[float] = 3600
-) -> None:
-    """Set a breakpoint, but only on a single rank. All other ranks will wait for you to be
-    done with the breakpoint before continuing.
-
-    Args:
-        rank: Which rank to break on. Default: ``0``.
-        skip: Skip the first ``skip`` calls to this breakpoint. Default: ``0``.
-        timeout_s: How long the other ranks wait at the closing barrier (None: the group's
-            timeout).
-    """
-    from .distributed_c10d import barrier, get_rank
-
-    if skip > 0:
-        key = hash(str(traceback.format_exc()))
-        counter = _breakpoint_cache.get(key, 0) + 1
-        _breakpoint_cache[key] = counter
-        if counter <= skip:
-            logger.warning("Skip the breakpoint, counter=%d", counter)
-            return
-    if get_rank() == rank:
-        debugger = _DistributedPdb()
-        debugger.message(
-            "\n!!! ATTENTION !!!\n\n"
-            f"Type 'up' to get to the frame that called dist.breakpoint(rank={rank})\n"
-        )
-        debugger.set_trace(sys._getframe().f_back)
-    barrier(timeout=None if timeout_s is None else timedelta(seconds=timeout_s))
-
-
-__all__ = ["DebugLevel", "apply_env", "breakpoint", "check_collective", "exception_logger",
+__all__ = ["DebugLevel", "apply_env", "check_collective", "compiled_like", "exception_logger",
            "get_debug_level", "log_failure", "logger", "set_debug_level",
            "set_debug_level_from_env"]

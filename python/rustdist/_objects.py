@@ -13,9 +13,10 @@ from typing import Any, Optional
 
 import numpy as np
 
+from . import _ops
 from . import distributed_c10d as c10d
-from ._debug import exception_logger
-from .distributed_c10d import ProcessGroup
+from ._group import ProcessGroup
+from ._world import api, peer
 
 _INT64 = 7  # _core dtype code
 
@@ -39,13 +40,6 @@ def _check_device(device: Any) -> None:
                            "pass None, 'cpu' or a CUDA device")
 
 
-def _members(group: Optional[ProcessGroup], op: str) -> Optional[ProcessGroup]:
-    pg = c10d._group(group)
-    if pg is None:
-        c10d._not_member(op)
-    return pg
-
-
 def _sizes(arrays: list[np.ndarray]) -> np.ndarray:
     return np.array([a.size for a in arrays], dtype=np.int64)
 
@@ -55,7 +49,7 @@ def _split(flat: np.ndarray, sizes: np.ndarray) -> list[Any]:
     return [_from_array(flat[bounds[i]:bounds[i + 1]]) for i in range(len(sizes))]
 
 
-@exception_logger
+@api
 def all_gather_object(object_list: list[Any], obj: Any,
                       group: Optional[ProcessGroup] = None) -> None:
     """Gathers picklable objects from the whole group into a list.
@@ -73,19 +67,16 @@ def all_gather_object(object_list: list[Any], obj: Any,
         None. If the calling rank is part of this group, the output of the collective will
         be populated into the input ``object_list``.
     """
-    pg = _members(group, "all_gather_object")
-    if pg is None:
-        return
     mine = _to_array(obj)
-    sizes = np.zeros(pg._size, dtype=np.int64)
-    c10d.all_gather(list(sizes.reshape(-1, 1)), np.array([mine.size], dtype=np.int64), pg)
+    sizes = np.zeros(group._size, dtype=np.int64)
+    c10d.all_gather(list(sizes.reshape(-1, 1)), np.array([mine.size], dtype=np.int64), group)
     outs = [np.empty(int(n), dtype=np.uint8) for n in sizes]
-    c10d.all_gather(outs, mine, pg)
+    c10d.all_gather(outs, mine, group)
     for i, out in enumerate(outs):
         object_list[i] = _from_array(out)
 
 
-@exception_logger
+@api
 def gather_object(obj: Any, object_gather_list: Optional[list[Any]] = None,
                   dst: Optional[int] = None, group: Optional[ProcessGroup] = None,
                   group_dst: Optional[int] = None) -> None:
@@ -104,29 +95,26 @@ def gather_object(obj: Any, object_gather_list: Optional[list[Any]] = None,
     Returns:
         None. On the ``dst`` rank, ``object_gather_list`` will contain the output.
     """
-    pg = _members(group, "gather_object")
-    if pg is None:
-        return
     if dst is None and group_dst is None:
         dst = 0
-    root = c10d._peer(pg, dst, group_dst, "gather_object", "root")
-    me = pg._rank
+    root = peer(group, dst, group_dst, "gather_object", "root")
+    me = group._rank
     if root == me and not object_gather_list:
         raise ValueError("Argument ``gather_list`` must be specified on destination rank.")
     if root != me and object_gather_list:
         raise ValueError("Argument ``gather_list`` must NOT be specified on non-destination ranks.")
     mine = _to_array(obj)
-    sizes = np.zeros(pg._size, dtype=np.int64)
+    sizes = np.zeros(group._size, dtype=np.int64)
     size_outs = list(sizes.reshape(-1, 1)) if root == me else None
-    c10d.gather(np.array([mine.size], dtype=np.int64), size_outs, group=pg, group_dst=root)
+    c10d.gather(np.array([mine.size], dtype=np.int64), size_outs, group=group, group_dst=root)
     outs = [np.empty(int(n), dtype=np.uint8) for n in sizes] if root == me else []
-    c10d._rooted("gather", pg, root, mine, outs, 0, False, True)
+    _ops.gather(group, mine, outs, root, False, sized=False)
     if root == me and object_gather_list is not None:  # not None: checked above
         for i, out in enumerate(outs):
             object_gather_list[i] = _from_array(out)
 
 
-@exception_logger
+@api(check=lambda object_list, src=None, group=None, device=None, *_: _check_device(device))
 def broadcast_object_list(object_list: list[Any], src: Optional[int] = None,
                           group: Optional[ProcessGroup] = None, device: Any = None,
                           group_src: Optional[int] = None) -> None:
@@ -149,27 +137,23 @@ def broadcast_object_list(object_list: list[Any], src: Optional[int] = None,
         ``None``. If rank is part of the group, ``object_list`` will contain the broadcasted
         objects from ``src`` rank.
     """
-    _check_device(device)
-    pg = _members(group, "broadcast_object_list")
-    if pg is None:
-        return
     if src is None and group_src is None:
         src = 0
-    root = c10d._peer(pg, src, group_src, "broadcast_object_list", "root")
-    is_root = root == pg._rank
+    root = peer(group, src, group_src, "broadcast_object_list", "root")
+    is_root = root == group._rank
     arrays = [_to_array(o) for o in object_list] if is_root else []
     sizes = _sizes(arrays) if is_root else np.empty(len(object_list), dtype=np.int64)
-    c10d.broadcast(sizes, group=pg, group_src=root)
+    c10d.broadcast(sizes, group=group, group_src=root)
     if is_root:
         flat = np.concatenate(arrays) if arrays else np.empty(0, dtype=np.uint8)
     else:
         flat = np.empty(int(sizes.sum()), dtype=np.uint8)
-    c10d.broadcast(flat, group=pg, group_src=root)
+    c10d.broadcast(flat, group=group, group_src=root)
     if not is_root:
         object_list[:] = _split(flat, sizes)
 
 
-@exception_logger
+@api
 def scatter_object_list(scatter_object_output_list: list[Any],
                         scatter_object_input_list: Optional[list[Any]] = None,
                         src: Optional[int] = None, group: Optional[ProcessGroup] = None,
@@ -193,17 +177,14 @@ def scatter_object_list(scatter_object_output_list: list[Any],
         ``None``. If rank is part of the group, ``scatter_object_output_list`` will have its
         first element set to the scattered object for this rank.
     """
-    pg = _members(group, "scatter_object_list")
-    if pg is None:
-        return
     if src is None and group_src is None:
         src = 0
-    root = c10d._peer(pg, src, group_src, "scatter_object_list", "root")
+    root = peer(group, src, group_src, "scatter_object_list", "root")
     if not isinstance(scatter_object_output_list, list) or len(scatter_object_output_list) < 1:
         raise ValueError(
             "Expected argument scatter_object_output_list to be a list of size at least 1."
         )
-    is_root = root == pg._rank
+    is_root = root == group._rank
     if is_root:
         if scatter_object_input_list is None:
             raise ValueError("source rank must provide non-None scatter_object_input_list")
@@ -212,13 +193,13 @@ def scatter_object_list(scatter_object_output_list: list[Any],
     else:
         arrays, size_ins = [], None
     size = np.zeros(1, dtype=np.int64)
-    c10d.scatter(size, size_ins, group=pg, group_src=root)
+    c10d.scatter(size, size_ins, group=group, group_src=root)
     out = np.empty(int(size[0]), dtype=np.uint8)
-    c10d._rooted("scatter", pg, root, out, arrays, 0, True, True)
+    _ops.scatter(group, out, arrays, root, False, sized=False)
     scatter_object_output_list[0] = _from_array(out)
 
 
-@exception_logger
+@api(check=lambda object_list, dst=None, group=None, device=None, *_: _check_device(device))
 def send_object_list(object_list: list[Any], dst: Optional[int] = None,
                      group: Optional[ProcessGroup] = None, device: Any = None,
                      group_dst: Optional[int] = None, use_batch: bool = False) -> None:
@@ -237,21 +218,18 @@ def send_object_list(object_list: list[Any], dst: Optional[int] = None,
             ``group_dst`` but not both.
         use_batch: Accepted for torch compatibility (sends are posted the same way).
     """
-    _check_device(device)
-    pg = _members(group, "send_object_list")
-    if pg is None:
-        return
-    peer = c10d._peer(pg, dst, group_dst, "send_object_list", "destination")
-    if peer == pg._rank:
+    dst_rank = peer(group, dst, group_dst, "send_object_list", "destination")
+    if dst_rank == group._rank:
         raise ValueError("Invalid destination rank: destination rank should not be the same "
                          "as the rank of the current process.")
     arrays = [_to_array(o) for o in object_list]
-    c10d.send(_sizes(arrays), group=pg, group_dst=peer)
-    c10d.send(np.concatenate(arrays) if arrays else np.empty(0, dtype=np.uint8), group=pg,
-              group_dst=peer)
+    c10d.send(_sizes(arrays), group=group, group_dst=dst_rank)
+    c10d.send(np.concatenate(arrays) if arrays else np.empty(0, dtype=np.uint8), group=group,
+              group_dst=dst_rank)
 
 
-@exception_logger
+@api(check=lambda object_list, src=None, group=None, device=None, *_: _check_device(device),
+     non_member=-1)
 def recv_object_list(object_list: list[Any], src: Optional[int] = None,
                      group: Optional[ProcessGroup] = None, device: Any = None,
                      group_src: Optional[int] = None, use_batch: bool = False) -> int:
@@ -272,19 +250,15 @@ def recv_object_list(object_list: list[Any], src: Optional[int] = None,
     Returns:
         Sender rank (global). -1 if rank is not part of the group.
     """
-    _check_device(device)
-    pg = _members(group, "recv_object_list")
-    if pg is None:
-        return -1
     if src is not None or group_src is not None:
-        group_src = c10d._peer(pg, src, group_src, "recv_object_list", "source")
-        if group_src == pg._rank:
+        group_src = peer(group, src, group_src, "recv_object_list", "source")
+        if group_src == group._rank:
             raise ValueError(c10d._SELF_SOURCE)
     sizes = np.empty(len(object_list), dtype=np.int64)
-    sender = c10d.recv(sizes, group=pg, group_src=group_src)
+    sender = c10d.recv(sizes, group=group, group_src=group_src)
     flat = np.empty(int(sizes.sum()), dtype=np.uint8)
     # the payload comes from whoever sent the sizes
-    c10d.recv(flat, group=pg, group_src=pg._group_rank(sender))
+    c10d.recv(flat, group=group, group_src=group._group_rank(sender))
     object_list[:] = _split(flat, sizes)
     return sender
 

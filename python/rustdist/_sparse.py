@@ -25,9 +25,9 @@ against the collectives the caller issues meanwhile.
 from __future__ import annotations
 
 import math
-import sys
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
+from ._reduce_op import op_args
 from ._tensor import _TORCH_CODES, ITEMSIZE, torch_code
 
 try:  # torch is optional: without it there are no sparse tensors.
@@ -47,44 +47,9 @@ LEAF = "a leaf Variable that requires grad is being used in an in-place operatio
 _HEADER = 5  # int64 per rank: sparse_dim, dense_dim, nnz, dtype code, payload bytes
 _ALIGN = 16  # the values start at a multiple of this in a payload (complex128's size)
 
-class SparseInput(NotImplementedError):
-    """Raised by ``_tensor.buffer`` for a sparse COO tensor. ``all_reduce`` catches it and
-    runs :func:`all_reduce`; from any other collective it reaches the caller, naming the
-    operation, like torch's error for gloo (``NotImplementedError: Could not run
-    'c10d::broadcast_' with arguments from the 'SparseCPU' backend``)."""
-
-
-def _op_name() -> str:
-    """The rustdist API function that was called: the innermost public function (or public
-    class, for ``P2POp(...)``) of a rustdist module on the stack, above this module's caller's
-    caller (``buffer``'s caller and up)."""
-    frame = sys._getframe(3)
-    while frame is not None and frame.f_globals.get("__name__", "").startswith("rustdist"):
-        name = frame.f_code.co_name
-        if not name.startswith(("_", "<")):
-            return name
-        if name in ("__new__", "__init__"):  # a class: its name (co_qualname is 3.11+)
-            owner = frame.f_locals.get("cls", frame.f_locals.get("self"))
-            return getattr(owner, "__name__", None) or type(owner).__name__
-        frame = frame.f_back
-    return "this operation"
-
-
-def unsupported(name: str, op: Optional[str] = None) -> SparseInput:
-    """The error for sparse tensor ``name`` given to operation ``op``, which does not take
-    sparse tensors (by default the operation is read from the stack: the caller is
-    ``_tensor.buffer``)."""
-    return SparseInput(
-        f"rustdist's {op or _op_name()} does not support sparse tensors: `{name}` is "
-        "torch.sparse_coo (as with torch.distributed's gloo backend, only all_reduce with "
-        "ReduceOp.SUM takes sparse COO tensors)"
-    )
-
 
 def _is_sum(op: Any) -> bool:
     """Whether ``op`` is ``ReduceOp.SUM`` (rustdist's or torch's, as a value or an instance)."""
-    from ._reduce_op import op_args
-
     return op_args(op) == (0, None)
 
 
@@ -151,4 +116,4 @@ def all_reduce(tensor: Any, op: Any, world: int, all_gather_into_tensor: Callabl
         tensor.copy_(output.coalesce())
 
 
-__all__ = ["LEAF", "MISMATCH", "UNSUPPORTED_OP", "SparseInput", "all_reduce", "unsupported"]
+__all__ = ["LEAF", "MISMATCH", "UNSUPPORTED_OP", "all_reduce"]

@@ -3,7 +3,8 @@ buffers for ``_core`` (dtype codes as in ``_core.pyi``)."""
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+from typing import Any, Optional
 
 import numpy as np
 
@@ -36,8 +37,44 @@ REAL_TORCH_CODES = {dtype: code for dtype, code in _TORCH_CODES.items()
 
 
 class OnCuda(RuntimeError):
-    """Raised by :func:`buffer` for a CUDA tensor: the caller runs the CUDA path instead
-    (rustdist.cuda), and where there is none the message says so."""
+    """Raised by :func:`buffer` for a CUDA tensor where the call runs on CPU tensors (its
+    other tensors are: :func:`routed` sends calls on CUDA tensors to rustdist.cuda)."""
+
+
+class SparseInput(NotImplementedError):
+    """Raised by :func:`buffer` for a sparse COO tensor. ``all_reduce`` catches it and
+    runs ``_sparse.all_reduce``; from any other collective it reaches the caller, naming the
+    operation, like torch's error for gloo (``NotImplementedError: Could not run
+    'c10d::broadcast_' with arguments from the 'SparseCPU' backend``)."""
+
+
+def _op_name() -> str:
+    """The rustdist API function that was called: the innermost public function (or public
+    class, for ``P2POp(...)``) of a rustdist module on the stack, outside this module."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("rustdist"):
+        name = frame.f_code.co_name
+        if frame.f_globals["__name__"] == __name__:
+            frame = frame.f_back
+            continue
+        if not name.startswith(("_", "<")):
+            return name
+        if name in ("__new__", "__init__"):  # a class: its name (co_qualname is 3.11+)
+            owner = frame.f_locals.get("cls", frame.f_locals.get("self"))
+            return getattr(owner, "__name__", None) or type(owner).__name__
+        frame = frame.f_back
+    return "this operation"
+
+
+def unsupported(name: str, op: Optional[str] = None) -> SparseInput:
+    """The error for sparse tensor ``name`` given to operation ``op``, which does not take
+    sparse tensors (by default the operation is read from the stack: the caller is
+    :func:`buffer`)."""
+    return SparseInput(
+        f"rustdist's {op or _op_name()} does not support sparse tensors: `{name}` is "
+        "torch.sparse_coo (as with torch.distributed's gloo backend, only all_reduce with "
+        "ReduceOp.SUM takes sparse COO tensors)"
+    )
 
 
 def torch_code(x: Any, name: str) -> int:
@@ -76,8 +113,6 @@ def buffer(x: Any, name: str, out: bool = False) -> Buf:
             raise RuntimeError(f"rustdist only supports CPU tensors, `{name}` is on {x.device}")
         if x.layout is not _STRIDED:
             if x.layout is torch.sparse_coo:  # all_reduce takes it (see _sparse)
-                from ._sparse import unsupported
-
                 raise unsupported(name)
             raise RuntimeError(f"rustdist only supports dense tensors, `{name}` is {x.layout}")
         code = torch_code(x, name)
@@ -99,6 +134,14 @@ def buffer(x: Any, name: str, out: bool = False) -> Buf:
     )
 
 
+def routed(x: Any, name: str, out: bool = False) -> Optional[Buf]:
+    """:func:`buffer` for the tensor that decides where a call runs: None for a CUDA tensor,
+    whose call the caller hands to ``rustdist.cuda``."""
+    if getattr(x, "is_cuda", False):
+        return None
+    return buffer(x, name, out)
+
+
 def concat(xs: list[Any]) -> Any:
     """The elements of ``xs`` (all torch tensors or all numpy arrays) in one new flat
     contiguous tensor or array, in order."""
@@ -107,4 +150,5 @@ def concat(xs: list[Any]) -> Any:
     return np.concatenate([np.ravel(x) for x in xs])
 
 
-__all__ = ["Buf", "COMPLEX_CODES", "ITEMSIZE", "OnCuda", "buffer", "concat"]
+__all__ = ["Buf", "COMPLEX_CODES", "ITEMSIZE", "OnCuda", "SparseInput", "buffer", "concat",
+           "routed", "unsupported"]

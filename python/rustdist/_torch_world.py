@@ -19,7 +19,7 @@ import torch
 import torch.distributed as td
 
 from . import _core
-from ._torch_backend import BACKEND_NAME, register
+from ._group import BACKEND_NAME
 from ._torch_private import abort_process_group
 
 
@@ -81,7 +81,6 @@ def init(store: Any, prefix: str, rank: int, size: int, timeout: timedelta) -> A
     """Creates torch's default group, a rustdist group, on ``store`` (keys under ``prefix``);
     returns it."""
     global _world_store
-    register()
     _world_store = torch_store(store, prefix)
     td.init_process_group(backend=BACKEND_NAME, store=_world_store, rank=rank,
                           world_size=size, timeout=timeout)

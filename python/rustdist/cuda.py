@@ -26,7 +26,7 @@ from typing import Any, Optional, Sequence, Union
 
 from . import _core
 from ._tensor import ITEMSIZE, torch_code
-from .distributed_c10d import Work, _seconds
+from ._work import Work, seconds
 
 #: Sub-folders of torch's ``nvidia`` wheel package that hold libnccl and libcudart (CUDA 13
 #: wheels: nccl/lib and cu13/lib; CUDA 12 wheels: nccl/lib and cuda_runtime/lib or cu12/lib).
@@ -90,7 +90,7 @@ class CudaWork(Work):
         timeout passes (torch's blocking wait)."""
         self._work.wait(_current_stream(self._device))
         if timeout:
-            self._work.synchronize(_seconds(timeout))
+            self._work.synchronize(seconds(timeout))
         return True
 
     def synchronize(self) -> None:

@@ -1,0 +1,192 @@
+"""``ProcessGroup``: the engine's group (``_core.ProcessGroup``) with its members' global ranks,
+its timeout, abort and shutdown. With torch importable it is a ``torch.distributed``
+``ProcessGroup`` subclass; the torch front door (``_torch_backend``) adds the methods torch
+calls on a backend."""
+
+from __future__ import annotations
+
+import weakref
+from datetime import timedelta
+from typing import Any, Callable, Optional
+
+from . import cuda
+from ._tracing import not_traced
+
+try:  # torch is optional: rustdist works on numpy arrays without it.
+    import torch.distributed as _td
+
+    _GroupBase: Any = _td.ProcessGroup
+except ImportError:
+    _GroupBase = object
+
+#: The backend's name, in torch's registry (``_torch_backend.register``, which ``import
+#: rustdist`` runs) and in rustdist's world.
+BACKEND_NAME = "rustdist"
+
+#: Default timeout of process groups (torch's ``default_pg_timeout``).
+default_pg_timeout: timedelta = timedelta(minutes=30)
+
+#: The groups torch created through the "rustdist" backend, shut down by rustdist's
+#: destroy_process_group (torch before 2.7 does not call a Python group's shutdown).
+made_by_torch: weakref.WeakSet = weakref.WeakSet()
+
+
+class ProcessGroup(_GroupBase):  # type: ignore[misc, valid-type]
+    """A process group: the engine's group (``_core.ProcessGroup``, ``_pg``) plus the global
+    ranks of its members ordered by group rank (``_ranks``). Pass it as ``group=`` to any
+    collective."""
+
+    def __init__(self, pg: Any, ranks: list[int], backend: str, world: bool, store: Any) -> None:
+        if _GroupBase is object:
+            super().__init__()
+        else:  # torch's (store, rank, size) constructor fails for Python subclasses
+            super().__init__(pg.rank, pg.size)
+        self._pg = pg
+        # The group's store (its CUDA group rendezvous there) and that CUDA group, made by
+        # rustdist.cuda on the first CUDA tensor.
+        self._store = store
+        self._cuda: Any = None
+        self._ranks = ranks
+        # global -> group rank; None on WORLD, where both are the same
+        self._group_ranks: Optional[dict[int, int]] = (
+            None if world else {g: i for i, g in enumerate(ranks)}
+        )
+        self._rank: int = pg.rank
+        self._size: int = pg.size
+        self._backend = backend
+        # Called with the group when it ends (shut down, or aborted in torch's world): set by
+        # the world that caches it as the default group.
+        self._on_end: Optional[Callable[[ProcessGroup], None]] = None
+
+    def rank(self) -> int:
+        """This process's rank in the group."""
+        return self._rank
+
+    def size(self) -> int:
+        """Number of ranks in the group."""
+        return self._size
+
+    @property
+    def group_name(self) -> str:
+        """The group's name."""
+        return self._pg.group_name
+
+    def name(self) -> str:
+        """The backend's name (torch's ``ProcessGroup.name()``)."""
+        return self._backend
+
+    @property
+    def options(self) -> _Options:
+        """The backend's options (torch's ``Backend.options``; torch's door reaches them as
+        ``group._get_backend(device).options``): ``options._timeout`` is the group's timeout
+        as a ``timedelta``. Live: setting ``options._timeout`` sets the timeout as
+        :meth:`_set_default_timeout` does."""
+        return _Options(self)
+
+    def _set_default_timeout(self, timeout: timedelta) -> None:
+        """Sets the timeout of the group's operations (torch's backend
+        ``_set_default_timeout``, which ``_set_pg_timeout`` calls): operations this rank
+        issues after the call, CPU and CUDA, point-to-point included, fail with
+        ``DistBackendError`` when they outlive it; operations issued before keep the timeout
+        they were issued with. Call it on every rank of the group with the same value.
+
+        Raises TypeError unless ``timeout`` is a ``datetime.timedelta``, ValueError when it is
+        negative."""
+        if not isinstance(timeout, timedelta):
+            raise TypeError(
+                "_set_default_timeout(): timeout must be a datetime.timedelta, got "
+                f"{type(timeout).__name__}"
+            )
+        seconds = timeout.total_seconds()
+        self._pg.set_timeout(seconds)
+        if self._cuda is not None:
+            self._cuda.set_timeout(seconds)
+
+    def set_timeout(self, timeout: timedelta) -> None:
+        """Sets the timeout of the group's later operations (torch's
+        ``ProcessGroup.set_timeout``): as :meth:`_set_default_timeout`."""
+        self._set_default_timeout(timeout)
+
+    def _group_rank(self, global_rank: int) -> int:
+        if self._group_ranks is None:
+            return global_rank
+        r = self._group_ranks.get(global_rank)
+        if r is None:
+            raise ValueError(f"Global rank {global_rank} is not part of group {self}")
+        return r
+
+    def _global_rank(self, group_rank: int) -> int:
+        if not 0 <= group_rank < self._size:
+            raise ValueError(f"Group rank {group_rank} is not part of group {self}")
+        return self._ranks[group_rank]
+
+    def _shutdown(self) -> None:
+        """Leaves the engine group and its CUDA group (queued work still runs)."""
+        self._ended()
+        if self._cuda is not None:
+            cuda.shutdown(self)
+        self._pg.shutdown()
+
+    @not_traced
+    def abort(self) -> None:
+        """abort all operations and connections if supported by the backend
+
+        Every queued and in-progress operation of the group (CPU and CUDA), whichever thread
+        started or waits on it, fails within milliseconds with DistBackendError saying the
+        group was aborted, and so does every later one; the peers are told, so that their
+        pending and later operations on the group fail the same way. The group stays
+        registered (torch's semantics): ``_abort_process_group`` or
+        ``destroy_process_group`` forgets it.
+        """
+        self._ended()
+        if self._cuda is not None:
+            cuda.abort(self)
+        self._pg.abort()
+
+    def _ended(self) -> None:
+        on_end, self._on_end = self._on_end, None
+        if on_end is not None:
+            on_end(self)
+
+    def __repr__(self) -> str:
+        return f"<rustdist.ProcessGroup {self.group_name!r} rank {self._rank} of {self._size}>"
+
+
+class _Options:
+    """A rustdist group's backend options, as torch's ``Backend.Options`` has them: read from
+    the group each time (never a stale copy), and ``_timeout`` set through the group."""
+
+    __slots__ = ("_group",)
+
+    def __init__(self, group: ProcessGroup) -> None:
+        self._group = group
+
+    @property
+    def _timeout(self) -> timedelta:
+        """The group's timeout (the one operations issued now get)."""
+        return timedelta(seconds=self._group._pg.timeout)
+
+    @_timeout.setter
+    def _timeout(self, value: timedelta) -> None:
+        self._group._set_default_timeout(value)
+
+    @property
+    def backend(self) -> str:
+        """The backend's name."""
+        return self._group._backend
+
+    @property
+    def group_name(self) -> str:
+        """The group's name."""
+        return self._group.group_name
+
+    @property
+    def global_ranks_in_group(self) -> list[int]:
+        """The members' global ranks, by group rank."""
+        return list(self._group._ranks)
+
+    def __repr__(self) -> str:
+        return f"<rustdist backend options: backend {self.backend!r}, _timeout {self._timeout}>"
+
+
+__all__ = ["BACKEND_NAME", "ProcessGroup", "default_pg_timeout", "made_by_torch"]
