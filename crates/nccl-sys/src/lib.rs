@@ -13,6 +13,11 @@
 //! `cuda_runtime_api.h`; calling them is the user's `unsafe`. [`Nccl::check`] and
 //! [`Cudart::check`] turn result codes into [`Error`]s that name the call and the library's
 //! own message.
+//!
+//! Hand-written rather than on cudarc, whose loader cannot open torch's `libnccl.so.2`, takes
+//! no path and panics when nothing loads, and whose result codes are Rust enums (a code newer
+//! than its bindings would be undefined behaviour): docs/cuda.md, "Why not cudarc". Here
+//! [`NcclResult`], [`NcclRedOp`] and [`CudaError`] are integer newtypes.
 
 use std::ffi::{c_char, CStr};
 

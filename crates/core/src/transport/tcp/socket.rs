@@ -11,8 +11,8 @@ use crate::error::{Error, Result};
 /// Send buffer of a connection between two ranks on one host (loopback). The kernel's own
 /// reaches `tcp_wmem`'s 4 MiB, so a sender ran megabytes ahead of its reader and both copies
 /// ran from memory; with this much the reader copies out bytes still in cache (1.4x-2x on
-/// large messages, README's Intel TCP table). 32 KiB stalls the links. Links between hosts
-/// keep the kernel's, which their bandwidth-delay product needs.
+/// large messages: docs/benchmarks.md, TCP on one host). 32 KiB stalls the links. Links
+/// between hosts keep the kernel's, which their bandwidth-delay product needs.
 pub(super) const HOST_LOCAL_SEND_BUFFER_BYTES: usize = 128 << 10;
 
 pub(super) fn configure(sock: &TcpStream) -> Result<()> {
