@@ -12,6 +12,7 @@ Run on a GPU machine with the wheel installed:
 from __future__ import annotations
 
 import multiprocessing
+import os
 import socket
 import traceback
 from typing import Any, Iterator
@@ -292,6 +293,60 @@ def test_world_2_on_one_gpu_stages_through_host_memory() -> None:
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA devices")
 def test_world_2_on_two_gpus_runs_on_nccl() -> None:
     assert _run_world2((0, 1)) == {"nccl"}
+
+
+def _shrink_rank(rank: int, port: int, devices: tuple[int, ...], out: Any) -> None:
+    """One rank of a world on `devices` whose last rank leaves; the others shrink the group
+    (ncclCommShrink on distinct GPUs, the staging group alone on a shared one) and go on."""
+    try:
+        world = len(devices)
+        torch.cuda.set_device(devices[rank])
+        store = core.TCPStore("127.0.0.1", port, world, rank == 0, 60.0)
+        pg = _group(store, rank, world, "gpu-shrink")
+        x = torch.ones(6, device="cuda")
+        rcuda.all_reduce(pg, x, SUM)
+        assert x.tolist() == [float(world)] * 6, x
+        rcuda.barrier(pg, devices[rank])
+        if rank == world - 1:
+            os._exit(0)
+        shrunk = pg._shrunk([world - 1], True)
+        mode = shrunk._cuda.mode
+        y = torch.full((1000,), float(rank + 1), device="cuda")
+        rcuda.all_reduce(shrunk, y, SUM)
+        torch.cuda.synchronize()
+        assert y.eq(float(sum(range(1, world)))).all().item(), y[:4]
+        _close(shrunk)
+        out.put((rank, "ok", mode))
+    except BaseException:  # report everything to the parent
+        out.put((rank, traceback.format_exc(), None))
+
+
+def _run_shrink(devices: tuple[int, ...]) -> set[str]:
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_shrink_rank, args=(r, port, devices, out))
+             for r in range(len(devices))]
+    for p in procs:
+        p.start()
+    results = [out.get(timeout=240) for _ in procs[:-1]]
+    for p in procs:
+        p.join(timeout=60)
+    failures = [f"rank {r}: {msg}" for r, msg, _ in results if msg != "ok"]
+    assert not failures, "\n".join(failures)
+    return {mode for _, _, mode in results}
+
+
+@pytest.mark.timeout(300)
+def test_shrink_on_one_gpu_shrinks_the_staging_group() -> None:
+    assert _run_shrink((0, 0, 0)) == {"staged"}
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(torch.cuda.device_count() < 3 or rcuda.nccl_version() < (2, 27, 0),
+                    reason="needs 3 CUDA devices and NCCL >= 2.27 (ncclCommShrink)")
+def test_shrink_on_three_gpus_runs_ncclcommshrink() -> None:
+    assert _run_shrink((0, 1, 2)) == {"nccl"}
 
 
 def _front_door_ops(dist: Any) -> dict[str, torch.Tensor]:

@@ -35,6 +35,8 @@ from ._namespace import resolve as _resolve_torch_name
 from ._torch_backend import register as _register_torch_backend
 from .device_mesh import init_device_mesh
 from .distributed_c10d import (
+    SHRINK_ABORT,
+    SHRINK_DEFAULT,
     Backend,
     GroupMember,
     P2POp,
@@ -80,6 +82,7 @@ from .distributed_c10d import (
     reduce_scatter_tensor,
     scatter,
     send,
+    shrink_group,
 )
 
 _register_torch_backend()
@@ -103,6 +106,7 @@ except ValueError as _e:
     _warnings.warn(f"{_e}; debug level left at OFF", stacklevel=2)
 
 __all__ = [
+    "SHRINK_ABORT", "SHRINK_DEFAULT",
     "Backend", "DebugLevel", "DistBackendError", "DistError", "DistNetworkError",
     "DistStoreError", "FileStore", "GroupMember", "HashStore", "P2POp", "PrefixStore",
     "ProcessGroup", "ReduceOp", "Store", "TCPStore", "Work", "__version__",
@@ -117,5 +121,5 @@ __all__ = [
     "make_premul_sum", "monitored_barrier", "new_group", "new_subgroups",
     "new_subgroups_by_enumeration", "recv", "recv_object_list", "reduce", "reduce_scatter",
     "reduce_scatter_single", "reduce_scatter_tensor", "scatter", "scatter_object_list",
-    "send", "send_object_list", "set_debug_level", "set_debug_level_from_env",
+    "send", "send_object_list", "set_debug_level", "set_debug_level_from_env", "shrink_group",
 ]

@@ -245,6 +245,13 @@ class ProcessGroup:
         """Leaves the group cleanly: waits for queued work, tells peers, closes sockets."""
     def abort(self) -> None:
         """Fails queued work and tells peers the group is aborted."""
+    def shrink(self, excluded: list[int], abort_pending: bool) -> ProcessGroup:
+        """The group of this one's ranks but `excluded` (sorted, without this rank), renumbered
+        in order, over the same links; every other rank calls it. `abort_pending` aborts
+        pending operations first, else they are an error (unless the group has failed). This
+        group refuses work afterwards."""
+    def error(self) -> Optional[Exception]:
+        """The error that failed the group, or None while it works."""
 
 def selection_table(
     worlds: Sequence[int], sizes: Sequence[int]
@@ -467,6 +474,12 @@ class CudaGroup:
         """A subgroup: `member` is (pg, store, rank, size, timeout, group_name) on members,
         None elsewhere. Collective over every rank of this group when it has NCCL
         (ncclCommSplit), else over the members only."""
+    @property
+    def can_shrink(self) -> bool:
+        """Whether `shrink` can run: a staged group, or NCCL with ncclCommShrink (>= 2.27)."""
+    def shrink(self, excluded: list[int], abort_pending: bool, name: str) -> CudaGroup:
+        """The group of this one's ranks but `excluded`, renumbered in order (ncclCommShrink
+        and the staging group's shrink); this group is aborted afterwards."""
     def shutdown(self) -> None:
         """Pending work finishes (bounded by the timeout), then ncclCommFinalize/Destroy."""
     def abort(self) -> None:

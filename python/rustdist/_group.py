@@ -31,6 +31,57 @@ default_pg_timeout: timedelta = timedelta(minutes=30)
 made_by_torch: weakref.WeakSet = weakref.WeakSet()
 
 
+#: ``shrink_group``'s flags, as torch has them: fail when operations are pending, or abort them.
+SHRINK_DEFAULT = 0
+SHRINK_ABORT = 1
+
+
+def check_shrink_args(ranks_to_exclude: Any, shrink_flags: Any, pg: ProcessGroup) -> list[int]:
+    """torch's checks of ``shrink_group``'s arguments, with its errors; the sorted ranks."""
+    if not isinstance(ranks_to_exclude, list):
+        raise TypeError(
+            f"ranks_to_exclude must be a list, but got {type(ranks_to_exclude).__name__}. "
+            "Example: [1, 3, 5] to exclude ranks 1, 3, and 5."
+        )
+    if not ranks_to_exclude:
+        raise ValueError(
+            "ranks_to_exclude cannot be empty. To shrink a group, you must specify at least "
+            "one rank to exclude. Example: [failed_rank_id]"
+        )
+    if not isinstance(shrink_flags, int) or shrink_flags not in (SHRINK_DEFAULT, SHRINK_ABORT):
+        raise ValueError(
+            f"Invalid shrink_flags value: {shrink_flags}. Must be one of: SHRINK_DEFAULT "
+            f"({SHRINK_DEFAULT}) or SHRINK_ABORT ({SHRINK_ABORT}). Use SHRINK_ABORT to abort "
+            "ongoing operations before shrinking."
+        )
+    size = pg._size
+    if size <= 1:
+        raise ValueError(f"Cannot shrink a process group with size {size}. Group must have at "
+                         "least 2 ranks to support shrinking.")
+    seen: set[int] = set()
+    for i, r in enumerate(ranks_to_exclude):
+        if not isinstance(r, int):
+            raise TypeError("All elements in ranks_to_exclude must be integers. Element at "
+                            f"index {i} is {type(r).__name__}: {r}")
+        if not 0 <= r < size:
+            raise ValueError(f"Rank {r} at index {i} is out of bounds for group size {size}. "
+                             f"Valid ranks are in range [0, {size - 1}].")
+        if r in seen:
+            raise ValueError(f"Duplicate rank {r} found in ranks_to_exclude at index {i}. "
+                             "Each rank can only be excluded once.")
+        seen.add(r)
+    if len(seen) >= size:
+        raise ValueError(f"Cannot exclude all {size} ranks from process group. At least one "
+                         f"rank must remain. Excluding {len(seen)} ranks.")
+    if pg._rank in seen:
+        raise RuntimeError(
+            f"Current rank {pg._rank} is in the exclusion list and should not call "
+            "shrink_group(). Only non-excluded ranks should participate in the shrinking "
+            "operation. Excluded ranks should terminate their processes instead."
+        )
+    return sorted(seen)
+
+
 class ProcessGroup(_GroupBase):  # type: ignore[misc, valid-type]
     """A process group: the engine's group (``_core.ProcessGroup``, ``_pg``) plus the global
     ranks of its members ordered by group rank (``_ranks``). Pass it as ``group=`` to any
@@ -47,7 +98,8 @@ class ProcessGroup(_GroupBase):  # type: ignore[misc, valid-type]
         self._store = store
         self._cuda: Any = None
         self._ranks = ranks
-        # global -> group rank; None on WORLD, where both are the same
+        # global -> group rank; None on the default group, where both are the same (torch's
+        # rule for WORLD, also once a shrink has left it fewer ranks than the world had)
         self._group_ranks: Optional[dict[int, int]] = (
             None if world else {g: i for i, g in enumerate(ranks)}
         )
@@ -118,7 +170,24 @@ class ProcessGroup(_GroupBase):  # type: ignore[misc, valid-type]
     def _global_rank(self, group_rank: int) -> int:
         if not 0 <= group_rank < self._size:
             raise ValueError(f"Group rank {group_rank} is not part of group {self}")
-        return self._ranks[group_rank]
+        return group_rank if self._group_ranks is None else self._ranks[group_rank]
+
+    def _shrunk(self, excluded: list[int], abort_pending: bool) -> ProcessGroup:
+        """The group of this group's ranks but ``excluded`` (sorted group ranks), renumbered in
+        order, of this group's class, over this group's links and store (torch's backend
+        ``shrink``; every other member calls it too); its members keep their global ranks.
+        ``abort_pending`` (``SHRINK_ABORT``) aborts this group's pending operations first;
+        without it pending work raises, unless the group has failed. This group refuses work
+        afterwards. A CUDA group is shrunk with it (``ncclCommShrink``)."""
+        if self._cuda is not None:
+            cuda.check_shrink(self)  # before anything changes: NCCL may not have it
+        core = self._pg.shrink(excluded, abort_pending)
+        out = set(excluded)
+        ranks = [g for i, g in enumerate(self._ranks) if i not in out]
+        group = type(self)(core, ranks, self._backend, world=False, store=self._store)
+        if self._cuda is not None:
+            cuda.shrink(self, group, excluded, abort_pending)
+        return group
 
     def _shutdown(self) -> None:
         """Leaves the engine group and its CUDA group (queued work still runs)."""
@@ -189,4 +258,5 @@ class _Options:
         return f"<rustdist backend options: backend {self.backend!r}, _timeout {self._timeout}>"
 
 
-__all__ = ["BACKEND_NAME", "ProcessGroup", "default_pg_timeout", "made_by_torch"]
+__all__ = ["BACKEND_NAME", "SHRINK_ABORT", "SHRINK_DEFAULT", "ProcessGroup", "check_shrink_args",
+           "default_pg_timeout", "made_by_torch"]

@@ -66,6 +66,9 @@ else:
     from ._tensor import REAL_TORCH_CODES
     from ._tracing import not_traced
 
+    #: torch's shrink flags (``torch.distributed.distributed_c10d.SHRINK_ABORT``).
+    _SHRINK_ABORT = 1
+
     def _op(opts: Any) -> Any:
         """The ReduceOp of torch's options object (or a bare ReduceOp, as Python callers
         pass); SUM without options."""
@@ -135,6 +138,24 @@ else:
         def supports_coalescing(self) -> bool:
             """Coalesced ops go through the ``*_coalesced`` methods, not start/end."""
             return False
+
+        @property
+        def supports_shrinking(self) -> bool:
+            """``shrink_group`` is supported (``shrink``)."""
+            return True
+
+        @not_traced
+        def shrink(self, excluded_ranks: list[int], shrink_flags: int = 0,
+                   pg_options: Any = None) -> "ProcessGroup":
+            """The group of this group's ranks but ``excluded_ranks`` (group ranks), for
+            torch's ``shrink_group``, which only the remaining ranks call: the same links and
+            store, no new rendezvous, ranks renumbered in order. ``shrink_flags`` 1
+            (``SHRINK_ABORT``) aborts this group's pending operations first; 0 raises when
+            operations are pending, unless the group has failed (a rank died). ``pg_options``
+            is ignored (torch's backends' options)."""
+            group = self._shrunk(sorted(excluded_ranks), shrink_flags == _SHRINK_ABORT)
+            _group.made_by_torch.add(group)
+            return group
 
         @not_traced
         def shutdown(self) -> None:
@@ -383,6 +404,7 @@ else:
         if not _kernels:
             _kernels.append(_private.register_functional_cpu_kernel(
                 "all_gather_into_tensor_out", _all_gather_into_tensor_out))
+            _private.shrink_python_groups()
 
 
 __all__ = ["BACKEND_NAME", "ProcessGroup", "new_process_group", "register"]

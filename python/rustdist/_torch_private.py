@@ -84,9 +84,49 @@ def register_functional_cpu_kernel(op: str, fn: Any) -> Any:
     return lib
 
 
+def shrink_python_groups() -> None:
+    """Lets ``torch.distributed.shrink_group`` shrink a group whose backend is a Python
+    ``ProcessGroup`` (rustdist's), and fixes its members for such groups:
+
+    - torch wraps what the backend's ``shrink`` returns in a new C++ ``ProcessGroup``, which
+      takes only a C++ ``Backend``. A Python group becomes the new group itself instead, as
+      ``new_group`` already does with Python groups (``_new_process_group_helper``).
+    - torch (2.13) removes the excluded *group* ranks from the group's *global* ranks, which
+      differ in a subgroup (``[1, 2, 3]`` less group rank 1 came out ``[1, 3]``): they are
+      turned into global ranks first.
+
+    Every other backend's groups go torch's way. No-op on a torch without ``shrink_group``
+    (before 2.10)."""
+    c10d = _td.distributed_c10d
+    create = getattr(c10d, "_create_shrunk_process_group", None)
+    finalize = getattr(c10d, "_finalize_shrunk_group", None)
+    if create is None or finalize is None or getattr(create, "_rustdist", False):
+        return
+
+    def create_shrunk(new_backend: Any, remaining_ranks: list[int], metadata: dict,
+                      is_default_group: bool) -> Any:
+        if not isinstance(new_backend, _td.ProcessGroup):
+            return create(new_backend, remaining_ranks, metadata, is_default_group)
+        desc = ("default:shrunken" if is_default_group
+                else f"{metadata['original_group_name']}:shrunk")
+        new_backend._set_group_name(metadata["new_group_name"])
+        new_backend._set_group_desc(desc)
+        return new_backend
+
+    def finalize_shrunk(group_info: dict, excluded_ranks_set: set, new_backend: Any) -> Any:
+        if isinstance(new_backend, _td.ProcessGroup):
+            ranks = c10d.get_process_group_ranks(group_info["process_group"])
+            excluded_ranks_set = {ranks[r] for r in excluded_ranks_set}
+        return finalize(group_info, excluded_ranks_set, new_backend)
+
+    create_shrunk._rustdist = True  # type: ignore[attr-defined]
+    c10d._create_shrunk_process_group = create_shrunk
+    c10d._finalize_shrunk_group = finalize_shrunk
+
+
 __all__ = [
     "KEEPS_PYTHON_WORK", "abort_process_group", "allgather_options", "current_raw_stream",
     "WorkBase",
     "keep_for_functional_collectives", "register_functional_cpu_kernel",
-    "register_inflight_outputs", "resolve_group",
+    "register_inflight_outputs", "resolve_group", "shrink_python_groups",
 ]

@@ -113,6 +113,16 @@ def new_group(ranks: Optional[list[int]], timeout: timedelta, pg_options: Any,
 _NEW_GROUP_SORTS = "sort_ranks" in inspect.signature(td.new_group).parameters
 
 
+def shrink_group(ranks_to_exclude: Any, group: Any, shrink_flags: Any, pg_options: Any) -> Any:
+    """torch's ``shrink_group`` (rustdist's backend implements ``shrink``); a torch without it
+    (before 2.10) raises saying so."""
+    shrink = getattr(td, "shrink_group", None)
+    if shrink is None:
+        raise RuntimeError(f"shrink_group needs torch >= 2.10 (torch {torch.__version__} has no "
+                           "torch.distributed.shrink_group)")
+    return shrink(ranks_to_exclude, group, shrink_flags, pg_options)
+
+
 def _end(group: Any, torch_end: Callable[[Any], None]) -> None:
     """Ends ``group`` with torch's ``torch_end``; forgets the world's store once torch's world
     is gone."""
@@ -135,4 +145,4 @@ def abort(group: Any) -> None:
 
 
 __all__ = ["StoreAdapter", "abort", "default_group", "destroy", "init", "new_group",
-           "torch_store"]
+           "shrink_group", "torch_store"]

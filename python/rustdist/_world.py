@@ -17,7 +17,15 @@ from typing import Any, Callable, Optional, TypeVar
 
 from . import _core, _debug, cuda
 from ._debug import logger
-from ._group import ProcessGroup, default_pg_timeout, made_by_torch
+from ._backend import Backend, backend_name, check_device_id
+from ._group import (
+    SHRINK_ABORT,
+    SHRINK_DEFAULT,
+    ProcessGroup,
+    check_shrink_args,
+    default_pg_timeout,
+    made_by_torch,
+)
 from ._rendezvous import rendezvous, store_prefix
 
 _torch_world: Any = None
@@ -27,61 +35,6 @@ except ImportError:
     pass
 
 _F = TypeVar("_F", bound=Callable[..., Any])
-
-
-class Backend(str):
-    """An enum-like class for backends (torch.distributed's ``Backend``).
-
-    ``Backend(name)`` returns the lowercase name as a ``str`` (``Backend("GLOO") == "gloo"``);
-    the known names are attributes, e.g. ``Backend.GLOO``. rustdist runs every CPU backend
-    name it accepts (``rustdist``, ``gloo``, ``cpu:gloo``, ``cpu:rustdist``) on its own engine.
-    """
-
-    UNDEFINED = "undefined"
-    GLOO = "gloo"
-    NCCL = "nccl"
-    UCC = "ucc"
-    MPI = "mpi"
-    XCCL = "xccl"
-    FAKE = "fake"
-    RUSTDIST = "rustdist"
-
-    def __new__(cls, name: str) -> str:  # type: ignore[misc]
-        """Return the parsed lowercase backend name."""
-        if not isinstance(name, str):
-            raise ValueError("Backend constructor parameter must be string-ish")
-        value = getattr(Backend, name.upper(), Backend.UNDEFINED)
-        return name.lower() if value == Backend.UNDEFINED else value
-
-
-# Backends whose names init_process_group and new_group accept, alone or per device
-# ("cpu:gloo,cuda:nccl"): every one runs on rustdist's engine (NCCL for CUDA tensors).
-_BACKEND_NAMES = ("rustdist", "gloo", "nccl")
-_DEVICES = ("cpu", "cuda")
-
-
-def _backend_name(backend: Optional[str], default: str, what: str) -> str:
-    """``backend`` parsed as torch parses it (``None``: ``default``); raises ValueError for a
-    backend or device rustdist does not run."""
-    if not backend:
-        return default
-    name = Backend(backend)
-    for part in name.split(","):
-        device, _, be = part.rpartition(":")
-        if be not in _BACKEND_NAMES or device not in ("", *_DEVICES):
-            raise ValueError(
-                f"Unsupported backend {backend!r} for {what}: rustdist runs "
-                f"{', '.join(map(repr, _BACKEND_NAMES))} (all on its own engine), alone or per "
-                f"device as in 'cpu:gloo,cuda:nccl' (devices {', '.join(_DEVICES)})"
-            )
-    return name
-
-
-def _check_device_id(device_id: Any) -> None:
-    kind = getattr(device_id, "type", device_id)
-    if device_id is not None and kind not in _DEVICES:
-        raise ValueError(f"device_id {device_id} is not supported: rustdist runs on "
-                         f"{' and '.join(_DEVICES)} devices")
 
 
 # World state. _default_pg is the default group: in torch's world a cache of torch's, found
@@ -123,6 +76,14 @@ def _cache_default(pg: Optional[ProcessGroup]) -> None:
     _default_pg = pg
     if pg is not None:
         pg._on_end = _forget_default
+        _translate_as_default(pg)
+
+
+def _translate_as_default(pg: ProcessGroup) -> None:
+    """The default group's ranks are the global ones, as torch has it (``group is WORLD``),
+    also after a shrink: its members keep their first global ranks in ``_ranks`` (what
+    ``get_process_group_ranks`` lists), but ranks given to it are its own."""
+    pg._group_ranks = None
 
 
 def _forget_default(pg: ProcessGroup) -> None:
@@ -307,8 +268,8 @@ def init_process_group(
         raise ValueError("trying to initialize the default process group twice!")
     if store is not None and init_method is not None:
         raise AssertionError("Cannot specify both init_method and store.")
-    name = _backend_name(backend, Backend.RUSTDIST, "init_process_group")
-    _check_device_id(device_id)
+    name = backend_name(backend, Backend.RUSTDIST, "init_process_group")
+    check_device_id(device_id)
     if timeout is None:
         timeout = default_pg_timeout
     if not isinstance(timeout, timedelta):
@@ -576,8 +537,8 @@ def new_group(ranks: Optional[list[int]] = None, timeout: Optional[timedelta] = 
     if not isinstance(default, ProcessGroup):
         raise ValueError(f"The default process group was created by torch.distributed with "
                          f"backend {default.name()!r}: use torch.distributed.new_group")
-    name = _backend_name(backend, default._backend, "new_group")
-    _check_device_id(device_id)
+    name = backend_name(backend, default._backend, "new_group")
+    check_device_id(device_id)
     timeout = _check_timeout(timeout)
     global_rank, world_size = default._rank, default._size
     if use_local_synchronization and ranks is not None and global_rank not in ranks:
@@ -634,6 +595,65 @@ def _split_cuda(parent: ProcessGroup, child: Any, local_sync: bool) -> None:
     split from it (ncclCommSplit, cheaper than a new rendezvous)."""
     if not local_sync and parent._cuda is not None:
         cuda.new_subgroup(parent, child if isinstance(child, ProcessGroup) else None)
+
+
+@_debug.exception_logger
+def shrink_group(ranks_to_exclude: list[int], group: Optional[ProcessGroup] = None,
+                 shrink_flags: int = SHRINK_DEFAULT, pg_options: Optional[Any] = None) -> Any:
+    """Shrinks a process group by excluding specified ranks.
+
+    Creates and returns a new, smaller process group comprising only the ranks from the
+    original ``group`` that were not in ``ranks_to_exclude``, renumbered in order. Only the
+    remaining ranks call it; the excluded ones may be dead. rustdist's groups keep their links
+    and store: no rendezvous, and nothing of the old group (half-sent messages, an excluded
+    rank's data) reaches the new one.
+
+    Args:
+        ranks_to_exclude: Ranks of ``group`` to leave out.
+        group: The process group to shrink (default: the default group).
+        shrink_flags: ``SHRINK_DEFAULT`` (raise if operations are still pending on the group,
+            unless it has failed) or ``SHRINK_ABORT`` (abort them first).
+        pg_options: Ignored (backend options of torch's backends).
+
+    Returns:
+        The new group. When the default group was shrunk, the new group becomes the default
+        group (ranks renumbered) and every other group is destroyed, as torch does.
+
+    Raises:
+        TypeError, ValueError: for invalid ``ranks_to_exclude`` or ``shrink_flags``.
+        RuntimeError: if an excluded rank calls it, or when shrinking fails (a survivor
+            disagrees about the ranks to exclude, dies or does not call it in time).
+    """
+    if _torch_world is not None:  # torch's world: torch's shrink_group, on rustdist's backend
+        shrunk = _torch_world.shrink_group(ranks_to_exclude, group, shrink_flags, pg_options)
+        _default()
+        return shrunk
+    global _default_pg
+    pg = _default_pg if group is None else group
+    if pg is None:
+        raise ValueError(_NOT_INITIALIZED)
+    if not isinstance(pg, ProcessGroup):
+        raise ValueError(f"Invalid process group specified: {group!r}")
+    excluded = check_shrink_args(ranks_to_exclude, shrink_flags, pg)
+    is_default = pg is _default_pg
+    if is_default:  # their ranks no longer make sense: torch aborts them
+        for sub in reversed(list(_subgroups.values())):
+            sub.abort()
+        _subgroups.clear()
+        _local_group_counts.clear()
+    elif _subgroups.get(pg.group_name) is not pg:
+        raise ValueError("Invalid process group specified")
+    new = pg._shrunk(excluded, shrink_flags == SHRINK_ABORT)
+    logger.info("rank %d: shrank process group %s excluding %s", pg._rank, pg.group_name,
+                excluded)
+    pg._shutdown()
+    if is_default:
+        _default_pg = new
+        _translate_as_default(new)
+    else:
+        del _subgroups[pg.group_name]
+        _subgroups[new.group_name] = new
+    return new
 
 
 def new_subgroups(group_size: Optional[int] = None, group: Optional[ProcessGroup] = None,
@@ -712,5 +732,6 @@ __all__ = [
     "destroy_process_group", "get_backend", "get_global_rank", "get_group_rank",
     "get_process_group_ranks", "get_rank", "get_world_size", "group", "init_process_group",
     "is_available", "is_initialized", "new_group", "new_subgroups",
-    "new_subgroups_by_enumeration", "peer", "resolve", "warn_not_member",
+    "new_subgroups_by_enumeration", "peer", "resolve", "shrink_group", "warn_not_member",
+    "SHRINK_ABORT", "SHRINK_DEFAULT",
 ]

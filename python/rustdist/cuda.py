@@ -222,6 +222,28 @@ def new_subgroup(parent: Any, child: Optional[Any]) -> None:
         child._cuda = sub
 
 
+def check_shrink(pg: Any) -> None:
+    """Raises, before anything changes, when ``pg``'s CUDA group cannot shrink (its NCCL has
+    no ncclCommShrink: NCCL < 2.27)."""
+    cuda = getattr(pg, "_cuda", None)
+    if cuda is not None and not cuda.can_shrink:
+        major, minor, patch = nccl_version()
+        raise RuntimeError(
+            f"shrink_group on a group with CUDA tensors needs NCCL >= 2.27 (ncclCommShrink); "
+            f"the NCCL loaded is {major}.{minor}.{patch}"
+        )
+
+
+def shrink(parent: Any, child: Any, excluded: list[int], abort_pending: bool) -> None:
+    """Shrinks ``parent``'s CUDA group, if it has one, into ``child`` (the shrunk rustdist
+    group): ncclCommShrink for its communicator, its own shrink for the staging group.
+    ``parent``'s is aborted afterwards, as NCCL asks of a shrunk communicator."""
+    cuda = getattr(parent, "_cuda", None)
+    if cuda is not None:
+        child._cuda = cuda.shrink(excluded, abort_pending, child.group_name)
+        parent._cuda = None
+
+
 def shutdown(pg: Any) -> None:
     """Finalizes ``pg``'s CUDA group, if it has one (``destroy_process_group``): pending
     operations finish (bounded by the group's timeout), then the NCCL communicator and the
@@ -493,5 +515,5 @@ __all__ = [
     "all_to_all_single", "barrier", "batch_isend_irecv", "broadcast", "gather", "irecv",
     "is_available", "isend", "library_paths", "load_report", "nccl_unique_id", "nccl_version",
     "new_subgroup", "recv", "reduce", "reduce_scatter", "reduce_scatter_tensor", "scatter",
-    "send", "shutdown", "staged",
+    "send", "check_shrink", "shrink", "shutdown", "staged",
 ]

@@ -21,6 +21,8 @@ from ._torch_backend import ProcessGroup
 from ._work import Work
 from ._world import (
     _NOT_INITIALIZED,
+    SHRINK_ABORT,
+    SHRINK_DEFAULT,
     Backend,
     GroupMember,
     _check_timeout,
@@ -43,6 +45,7 @@ from ._world import (
     new_subgroups_by_enumeration,
     peer,
     resolve,
+    shrink_group,
     warn_not_member,
 )
 
@@ -716,6 +719,7 @@ if _Tensor is not None:  # the fast path reads torch tensors; numpy arrays take 
 
 
 __all__ = [
+    "SHRINK_ABORT", "SHRINK_DEFAULT",
     "Backend", "GroupMember", "P2POp", "ProcessGroup", "ReduceOp", "Work", "all_gather",
     "all_gather_coalesced", "all_gather_into_tensor", "all_gather_single", "all_reduce",
     "all_reduce_coalesced", "all_to_all", "all_to_all_single", "barrier", "batch_isend_irecv",
@@ -725,5 +729,5 @@ __all__ = [
     "get_world_size", "group", "init_process_group", "irecv", "is_available", "is_initialized",
     "isend", "monitored_barrier", "new_group", "new_subgroups", "new_subgroups_by_enumeration",
     "recv", "reduce", "reduce_scatter", "reduce_scatter_single", "reduce_scatter_tensor",
-    "scatter", "send",
+    "scatter", "send", "shrink_group",
 ]

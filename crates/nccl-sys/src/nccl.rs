@@ -25,6 +25,10 @@ pub struct Nccl {
     /// NCCL >= 2.18.
     pub comm_split:
         Option<unsafe extern "C" fn(Comm, c_int, c_int, *mut Comm, *mut NcclConfig) -> Res>,
+    /// NCCL >= 2.27: (comm, excluded ranks, their count, new comm, config, flags).
+    pub comm_shrink: Option<
+        unsafe extern "C" fn(Comm, *mut c_int, c_int, *mut Comm, *mut NcclConfig, c_int) -> Res,
+    >,
     pub comm_abort: unsafe extern "C" fn(Comm) -> Res,
     pub comm_destroy: unsafe extern "C" fn(Comm) -> Res,
     /// NCCL >= 2.14.
@@ -123,6 +127,7 @@ impl Nccl {
                 comm_init_rank: symbol(&lib, path, "ncclCommInitRank")?,
                 comm_init_rank_config: optional(&lib, "ncclCommInitRankConfig"),
                 comm_split: optional(&lib, "ncclCommSplit"),
+                comm_shrink: optional(&lib, "ncclCommShrink"),
                 comm_abort: symbol(&lib, path, "ncclCommAbort")?,
                 comm_destroy: symbol(&lib, path, "ncclCommDestroy")?,
                 comm_finalize: optional(&lib, "ncclCommFinalize"),

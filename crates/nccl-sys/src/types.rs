@@ -90,6 +90,11 @@ impl NcclScalarResidence {
 /// `NCCL_SPLIT_NOCOLOR`: the rank takes no part in the new communicator.
 pub const NCCL_SPLIT_NOCOLOR: c_int = -1;
 
+/// `ncclCommShrink`'s flags: shrink a healthy communicator, or abort its pending operations
+/// first.
+pub const NCCL_SHRINK_DEFAULT: c_int = 0;
+pub const NCCL_SHRINK_ABORT: c_int = 1;
+
 /// `NCCL_UNIQUE_ID_BYTES`.
 pub const NCCL_UNIQUE_ID_BYTES: usize = 128;
 

@@ -543,6 +543,28 @@ impl PyCudaGroup {
         Ok(child.map(|group| PyCudaGroup { group }))
     }
 
+    /// Whether `shrink` can run: a staged group, or NCCL with ncclCommShrink (>= 2.27).
+    #[getter]
+    fn can_shrink(&self) -> bool {
+        self.group.can_shrink()
+    }
+
+    /// The group of this one's ranks but `excluded` (sorted), renumbered in order, named
+    /// `name`: ncclCommShrink, and the staging group's shrink. `abort_pending` aborts pending
+    /// operations first. The remaining ranks call it; this group is aborted afterwards.
+    fn shrink(
+        &self,
+        py: Python<'_>,
+        excluded: Vec<usize>,
+        abort_pending: bool,
+        name: String,
+    ) -> PyResult<PyCudaGroup> {
+        let group = py
+            .detach(|| self.group.shrink(&excluded, abort_pending, &name))
+            .map_err(PyDistError)?;
+        Ok(PyCudaGroup { group })
+    }
+
     /// Leaves cleanly: pending work finishes (bounded by the timeout), then the communicator
     /// is finalized and destroyed. Blocks with the GIL released.
     fn shutdown(&self, py: Python<'_>) {

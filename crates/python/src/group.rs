@@ -357,6 +357,24 @@ impl PyProcessGroup {
     fn abort(&self) {
         self.pg.abort();
     }
+
+    /// The group of this one's ranks but `excluded` (sorted group ranks, without this one),
+    /// renumbered in order, over the same links; every other rank calls it too.
+    /// `abort_pending` aborts this group's pending operations first, else they are an error
+    /// (unless the group has failed). This group refuses work afterwards.
+    fn shrink(&self, py: Python<'_>, excluded: Vec<usize>, abort_pending: bool) -> PyResult<Self> {
+        let pg = self.pg.clone();
+        let shrunk =
+            interrupt::blocking(py, || pg.shrink(&excluded, abort_pending)).map_err(PyDistError)?;
+        Ok(PyProcessGroup {
+            pg: Arc::new(shrunk),
+        })
+    }
+
+    /// The error that failed the group (an operation's, an abort, a dead peer), or None.
+    fn error(&self) -> Option<PyErr> {
+        self.pg.error().map(|e| PyDistError(e).into())
+    }
 }
 
 /// A row of the selection table: (collective, link kind, world, bytes, algorithm).

@@ -5,20 +5,21 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import time
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 from . import __doc__ as PACKAGE_DOC
-from . import plot, report, soak
+from . import plot, recovery, report, soak
 from .common import LABELS, OPS, SIZES, Config, fmt_size, machine, parse_size
 from .launch import Launcher, free_port, mpi_problem, mpi_version, run_world, start_ranks
 from .progress import Progress
 from .selection import format_selection, selection_table
 
 MASTER_ADDR = "127.0.0.1"
-DEFAULT_WORLDS = {"compare": [2, 4], "cuda": [1], "soak": [4]}
+DEFAULT_WORLDS = {"compare": [2, 4], "cuda": [1], "soak": [4], "recovery": [2, 3, 4]}
 SOAK_OPS = 100_000
 MAX_ITERS = 2000
 
@@ -52,6 +53,12 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                    help="mixed operations through rustdist only, watching RSS, fds and threads")
     p.add_argument("--soak-ops", type=int, default=SOAK_OPS,
                    help=f"operations of --soak (default: {SOAK_OPS})")
+    p.add_argument("--recovery", action="store_true",
+                   help="how long the survivors of a rank that died take to work again through "
+                        "shrink_group, on shared memory and on TCP (with --link: between test "
+                        "hosts)")
+    p.add_argument("--recovery-rounds", type=int, default=5,
+                   help="worlds started per world size and links with --recovery (default: 5)")
     p.add_argument("--link", metavar="RATE",
                    help="run each rank on a test host of its own (a network namespace; root "
                         "and iproute2), every host's link shaped to RATE with tc, e.g. 1gbit, "
@@ -67,8 +74,12 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                    help="print which algorithm rustdist picks per collective, link kind, world "
                         "and size, and run nothing")
     args = p.parse_args(argv)
-    if args.soak and (args.vs or args.device == "cuda"):
-        p.error("--soak runs rustdist alone on the CPU: no --vs or --device cuda with it")
+    if (args.soak or args.recovery) and (args.vs or args.device == "cuda"):
+        p.error("--soak and --recovery run rustdist alone on the CPU: no --vs or --device cuda")
+    if args.soak and args.recovery:
+        p.error("--soak or --recovery, not both")
+    if args.recovery_rounds < 1:
+        p.error("--recovery-rounds must be positive")
     if args.link and (args.vs or args.device == "cuda"):
         p.error("--link runs rustdist and gloo on CPU test hosts: no --vs or --device cuda")
     if args.delay < 0 or (args.delay and not args.link):
@@ -77,7 +88,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
         p.error("--vs mpi compares CPU collectives; not with --device cuda")
     if args.bind is None:
         args.bind = args.vs == "mpi"
-    args.mode = "soak" if args.soak else "cuda" if args.device == "cuda" else "compare"
+    args.mode = ("soak" if args.soak else "recovery" if args.recovery
+                 else "cuda" if args.device == "cuda" else "compare")
     args.world = args.world or DEFAULT_WORLDS[args.mode]
     if args.mode != "cuda" and not args.show_selection and min(args.world) < 2:
         p.error("world sizes start at 2 (1 only with --device cuda)")
@@ -262,6 +274,45 @@ def soak_run(args: argparse.Namespace, mach: dict[str, Any]) -> int:
     return 1 if failed else 0
 
 
+def recovery_run(args: argparse.Namespace, mach: dict[str, Any]) -> int:
+    """The recovery rounds at every world size, on shared memory and on TCP (with --link: on
+    test hosts): prints the table, writes the JSON."""
+    links = ([f"test hosts, {_link_words(args)}"] if args.link
+             else ["shared memory", "TCP (RUSTDIST_SHM=0)"])
+    print(f"recovery through shrink_group | rustdist {mach['rustdist']} | {mach['cpu']} | "
+          f"{mach['usable_cores']}/{mach['cores']} cores | {args.recovery_rounds} rounds per cell;"
+          " ms from a rank's death, slowest survivor, median (min-max)")
+    progress = Progress(len(links) * len(args.world) * args.recovery_rounds)
+    progress.print(recovery.TABLE_HEADER)
+    results = []
+    saved = os.environ.get("RUSTDIST_SHM")
+    try:
+        for link in links:
+            if not args.link:  # the ranks inherit it
+                os.environ["RUSTDIST_SHM"] = "0" if link.startswith("TCP") else "1"
+            for world in args.world:
+                rounds = []
+                for _ in range(args.recovery_rounds):
+                    events: list[dict[str, Any]] = []
+                    _run(args, world, events.append, progress)
+                    rounds.append(recovery.round_result(events))
+                    progress.advance(label=f"{link}, world {world}")
+                summary = recovery.summarize(rounds)
+                progress.print(recovery.table_row(link, world, summary))
+                results.append({"links": link, "world": world, "rounds": rounds, **summary})
+    finally:
+        if saved is None:
+            os.environ.pop("RUSTDIST_SHM", None)
+        else:
+            os.environ["RUSTDIST_SHM"] = saved
+    progress.close()
+    _write_json(args.json, {"machine": mach, "mode": "recovery",
+                            "config": {"worlds": args.world, "rounds": args.recovery_rounds,
+                                       "blocked_bytes": recovery.BLOCKED_BYTES},
+                            "recovery": results})
+    return 0
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     """Runs what the options ask for; the exit status (0: done and right)."""
     args = parse_args(argv)
@@ -278,7 +329,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     mach = machine()
     if args.vs == "mpi":
         mach["mpi"] = mpi_version()
-    return soak_run(args, mach) if args.mode == "soak" else compare(args, mach)
+    runs = {"soak": soak_run, "recovery": recovery_run}
+    return runs.get(args.mode, compare)(args, mach)
 
 
 def _cuda_problem(worlds: list[int]) -> Optional[str]:

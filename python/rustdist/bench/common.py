@@ -25,7 +25,7 @@ CHUNKED = ("all_gather", "reduce_scatter", "all_to_all")
 class Config:
     """What every rank of one world runs (written by the launcher as JSON, read by ranks)."""
 
-    mode: str  # "compare" (CPU, vs gloo and maybe MPI), "cuda" or "soak"
+    mode: str  # "compare" (CPU, vs gloo and maybe MPI), "cuda", "soak" or "recovery"
     world: int
     ops: tuple[str, ...]
     sizes: tuple[int, ...]

@@ -211,6 +211,10 @@ def main(argv: Optional[list[str]] = None) -> None:
             from .soak import soak_rank
 
             soak_rank(cfg, rank, out)
+        elif cfg.mode == "recovery":
+            from .recovery import recovery_rank
+
+            recovery_rank(cfg, rank, out)
         elif cfg.mode == "cuda":
             _cuda(cfg, rank, out)
         else:

@@ -8,12 +8,13 @@
 //! can abort meanwhile; an aborted communicator is NULL and refuses further use.
 
 use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use rustdist_nccl_sys::{
     Nccl, NcclComm, NcclConfig, NcclRedOp, NcclResult, NcclScalarResidence, NcclUniqueId,
-    NCCL_SPLIT_NOCOLOR,
+    NCCL_SHRINK_ABORT, NCCL_SHRINK_DEFAULT, NCCL_SPLIT_NOCOLOR,
 };
 
 use super::codes::{self, OpSpec};
@@ -25,6 +26,9 @@ pub(crate) struct Comm {
     raw: Mutex<NcclComm>,
     /// Bounds each call's settling; the group may change it (see [`Comm::set_timeout`]).
     timeout: Timeout,
+    /// Set once shrunk: NCCL then wants the communicator released by abort only (a rank that
+    /// destroys it while another has aborted it hangs in a bootstrap barrier).
+    shrunk: AtomicBool,
 }
 
 // SAFETY: the handle is only used under `raw`'s lock; NCCL allows a communicator to be used
@@ -69,6 +73,7 @@ impl Comm {
             nccl,
             raw: Mutex::new(raw),
             timeout: Timeout::new(timeout),
+            shrunk: AtomicBool::new(false),
         };
         if r != NcclResult::IN_PROGRESS {
             // SAFETY: `raw` is NULL or the communicator just created.
@@ -182,9 +187,85 @@ impl Comm {
             nccl: self.nccl,
             raw: Mutex::new(child),
             timeout: Timeout::new(self.timeout.get()),
+            shrunk: AtomicBool::new(false),
         };
         comm.settle("ncclCommSplit", Instant::now() + self.timeout.get())?;
         Ok(Some(comm))
+    }
+
+    /// Whether [`Comm::shrink`] can run (ncclCommShrink exists: NCCL >= 2.27).
+    pub(crate) fn can_shrink(&self) -> bool {
+        self.nccl.comm_shrink.is_some()
+    }
+
+    /// The communicator of this one's ranks but `excluded` (sorted), renumbered in order
+    /// (ncclCommShrink, which the excluded ranks take no part in); `abort_pending` first aborts
+    /// this one's pending operations (NCCL_SHRINK_ABORT). This communicator is released by
+    /// abort only from here on ([`Comm::finalize`]).
+    pub(crate) fn shrink(&self, excluded: &[usize], abort_pending: bool) -> Result<Comm> {
+        let Some(shrink) = self.nccl.comm_shrink else {
+            let (major, minor, patch) = self.nccl.loaded().version;
+            return Err(Error::Runtime(format!(
+                "shrinking a CUDA process group needs NCCL >= 2.27 (ncclCommShrink); the NCCL \
+                 loaded ({}) is {major}.{minor}.{patch}",
+                self.nccl.loaded().path.display()
+            )));
+        };
+        // As for a split: NCCL stores the new handle from its own thread.
+        let slot: *mut NcclComm = Box::into_raw(Box::new(std::ptr::null_mut()));
+        let mut cfg = config();
+        let mut list: Vec<c_int> = excluded.iter().map(|&r| r as c_int).collect();
+        let flags = if abort_pending {
+            NCCL_SHRINK_ABORT
+        } else {
+            NCCL_SHRINK_DEFAULT
+        };
+        self.shrunk.store(true, Ordering::Release);
+        let started = {
+            let guard = self.lock();
+            let live = Self::live(&guard).map_err(|_| {
+                Error::backend(
+                    "the NCCL communicator was aborted (after a failure, or by abort()), and \
+                     NCCL shrinks only a live one; destroy the group and create a new one",
+                )
+            });
+            live.and_then(|raw| {
+                // SAFETY: `raw` is live under its lock; `list`, `slot` and `cfg` are valid for
+                // the call (NCCL copies the list and the config before returning).
+                let r = unsafe {
+                    shrink(
+                        raw,
+                        list.as_mut_ptr(),
+                        list.len() as c_int,
+                        slot,
+                        &mut cfg,
+                        flags,
+                    )
+                };
+                if r == NcclResult::IN_PROGRESS {
+                    return Ok(());
+                }
+                // SAFETY: as above.
+                Ok(unsafe { self.nccl.check_comm(r, "ncclCommShrink", raw) }?)
+            })
+        };
+        let settled = started
+            .and_then(|()| self.settle("ncclCommShrink", Instant::now() + self.timeout.get()));
+        // On an error NCCL may still write into `slot`: it stays allocated.
+        settled?;
+        // SAFETY: allocated above; NCCL is done with it once the parent has settled.
+        let child = *unsafe { Box::from_raw(slot) };
+        if child.is_null() {
+            return Err(Error::backend("ncclCommShrink returned no communicator"));
+        }
+        let comm = Comm {
+            nccl: self.nccl,
+            raw: Mutex::new(child),
+            timeout: Timeout::new(self.timeout.get()),
+            shrunk: AtomicBool::new(false),
+        };
+        comm.settle("ncclCommShrink", Instant::now() + self.timeout.get())?;
+        Ok(comm)
     }
 
     /// Runs `body` (the NCCL calls of one operation, given the communicator and the operator
@@ -258,8 +339,12 @@ impl Comm {
     }
 
     /// Leaves cleanly: ncclCommFinalize (flushes issued work, polled until done or the
-    /// timeout, then aborted instead) and ncclCommDestroy.
+    /// timeout, then aborted instead) and ncclCommDestroy; a shrunk communicator is aborted.
     pub(crate) fn finalize(&self) {
+        if self.shrunk.load(Ordering::Acquire) {
+            self.abort();
+            return;
+        }
         if let Some(finalize) = self.nccl.comm_finalize {
             let r = {
                 let guard = self.lock();

@@ -697,6 +697,50 @@ impl CudaGroup {
         }
     }
 
+    /// Whether [`CudaGroup::shrink`] can run: no communicator (staged), or NCCL >= 2.27.
+    pub fn can_shrink(&self) -> bool {
+        self.inner.comm.as_ref().is_none_or(|c| c.can_shrink())
+    }
+
+    /// The CUDA group of this group's ranks but `excluded` (sorted), renumbered in order,
+    /// named `name` (torch's `shrink_group`; the remaining ranks call it): the communicator
+    /// through ncclCommShrink (NCCL >= 2.27, else an error naming the NCCL loaded), the
+    /// staging group through its own shrink. `abort_pending` aborts this group's pending
+    /// operations first. This group is released by abort from here on, as NCCL asks of a
+    /// shrunk communicator.
+    pub fn shrink(&self, excluded: &[usize], abort_pending: bool, name: &str) -> Result<CudaGroup> {
+        if !self.can_shrink() {
+            // The same error the communicator gives, before anything changes.
+            if let Some(comm) = &self.inner.comm {
+                comm.shrink(excluded, abort_pending)?;
+            }
+        }
+        let comm = match &self.inner.comm {
+            Some(parent) => {
+                let _device = DeviceGuard::set(self.inner.rt, self.inner.device)?;
+                Some(
+                    self.inner
+                        .exclusive(|| parent.shrink(excluded, abort_pending))?,
+                )
+            }
+            None => None,
+        };
+        let cpu = Arc::new(self.inner.cpu.shrink(excluded, abort_pending)?);
+        let (rank, size) = (cpu.rank(), cpu.size());
+        let group = CudaGroup::start(
+            cpu,
+            self.inner.rt,
+            self.inner.device,
+            rank,
+            size,
+            name,
+            self.inner.timeout.get(),
+            comm,
+        )?;
+        self.abort();
+        Ok(group)
+    }
+
     /// Leaves cleanly: queued operations still run, pending ones finish (bounded by the
     /// timeout: the watchdog fails them), then ncclCommFinalize + ncclCommDestroy and the
     /// staging group's shutdown. Blocks.

@@ -117,10 +117,24 @@ impl ProcessGroup {
             latency: transport.latency(),
             bandwidth: transport.bandwidth(),
         })?;
-        let (link, link_model, streams) = (transport.link_kind(), algos.tcp, transport.streams());
+        let streams = transport.streams();
+        Self::assemble(Box::new(transport), name, timeout, algos, streams, cancel)
+    }
+
+    /// The group running on `transport` (failed through `cancel`): its engine and worker.
+    fn assemble(
+        transport: Box<dyn Transport>,
+        name: &str,
+        timeout: Duration,
+        algos: AlgoOverrides,
+        streams: usize,
+        cancel: Arc<Cancel>,
+    ) -> Result<ProcessGroup> {
+        let (rank, size, link) = (transport.rank(), transport.size(), transport.link_kind());
+        let link_model = algos.tcp;
         let shared = Arc::new(Shared {
             engine: Mutex::new(Engine {
-                transport: Box::new(transport),
+                transport,
                 seq: 0,
                 timeout,
                 algos,
@@ -148,6 +162,70 @@ impl ProcessGroup {
             shared,
             worker: Mutex::new(Some(worker)),
         })
+    }
+
+    /// The group of this group's ranks but `excluded` (torch's `shrink_group`), numbered in
+    /// order, over this group's links: every other rank of this group calls it with the same
+    /// `excluded`, which must not hold this rank. `abort_pending` (`SHRINK_ABORT`) first
+    /// aborts this group's pending operations; without it, pending work is an error, unless
+    /// the group has failed already (its pending work is failing anyway). This group refuses
+    /// work afterwards, whatever the outcome. Bounded by the group's timeout.
+    pub fn shrink(&self, excluded: &[usize], abort_pending: bool) -> Result<ProcessGroup> {
+        let (rank, size) = (self.rank, self.size);
+        if excluded.windows(2).any(|w| w[0] >= w[1]) || excluded.last().is_some_and(|&r| r >= size)
+        {
+            return Err(Error::invalid(format!(
+                "the ranks to exclude must be distinct ranks of the group (0 to {}), in order: \
+                 {excluded:?}",
+                size - 1
+            )));
+        }
+        if excluded.len() >= size || excluded.binary_search(&rank).is_ok() {
+            return Err(Error::invalid(format!(
+                "rank {rank} cannot shrink the group excluding {excluded:?}: only the ranks that \
+                 stay call it, and at least one must"
+            )));
+        }
+        let timeout = self.timeout.get();
+        let deadline = std::time::Instant::now() + timeout;
+        if abort_pending {
+            self.shared.cancel.raise(Error::backend(
+                "the process group was aborted by shrink_group (SHRINK_ABORT)",
+            ));
+        }
+        let doomed = self.shared.cancel.is_raised();
+        let mut engine = loop {
+            if let Some(engine) = self.shared.idle_engine() {
+                break engine;
+            }
+            if !doomed {
+                return Err(Error::Runtime(
+                    "shrink_group: operations are still pending on the group; wait for them, \
+                     or pass SHRINK_ABORT to abort them"
+                        .into(),
+                ));
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(Error::backend(format!(
+                    "shrink_group: the group's pending operations did not end within {timeout:?}"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        let list: Vec<String> = excluded.iter().map(|r| r.to_string()).collect();
+        let name = format!("{}/shrunk-{}", self.name, list.join("-"));
+        let cancel = Arc::new(Cancel::default());
+        let shrunk = engine
+            .transport
+            .shrink(excluded, group_id(&name), cancel.clone(), deadline);
+        engine.failed.get_or_insert(Error::Runtime(format!(
+            "process group {} was shrunk; use the group shrink_group returned",
+            self.name
+        )));
+        let algos = engine.algos;
+        drop(engine);
+        self.shutdown();
+        Self::assemble(shrunk?, &name, timeout, algos, self.streams, cancel)
     }
 
     pub fn rank(&self) -> usize {
@@ -271,6 +349,12 @@ impl ProcessGroup {
             // A worker that panicked has nothing left to clean up.
             let _ = worker.join();
         }
+    }
+
+    /// The error that failed the group (an operation's, an abort, a dead or silent peer):
+    /// every later operation fails with it. None while the group works.
+    pub fn error(&self) -> Option<Error> {
+        self.shared.cancel.check().err()
     }
 
     /// Fails the operation in progress (at its next poll, within milliseconds) and all queued

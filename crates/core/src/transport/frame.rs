@@ -25,6 +25,10 @@ pub enum FrameKind {
     Tagged = 2,
     Abort = 3,
     Goodbye = 4,
+    /// A survivor's marker while it shrinks the group: nothing of the old group follows it on
+    /// its link (`mesh/shrink.rs`). `group` is the new group's id, `seq` the old one's, `step`
+    /// the phase; the payload lists the excluded ranks.
+    Shrink = 5,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,6 +80,7 @@ impl Header {
             2 => FrameKind::Tagged,
             3 => FrameKind::Abort,
             4 => FrameKind::Goodbye,
+            5 => FrameKind::Shrink,
             other => {
                 return Err(Error::network(format!(
                     "rank {peer} sent a malformed frame (kind {other})"

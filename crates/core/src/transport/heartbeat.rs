@@ -20,7 +20,7 @@
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -136,6 +136,23 @@ pub struct Heartbeat {
     /// The thread's socket, to wake it from its receive when stopping.
     waker: UdpSocket,
     thread: Option<JoinHandle<()>>,
+    watch: Arc<Mutex<Watch>>,
+}
+
+/// Whom the thread watches and whom it tells: changed when the group is shrunk.
+struct Watch {
+    /// The group failed when a peer goes silent.
+    cancel: Arc<Cancel>,
+    /// Each rank's number in the group the heartbeats now serve (None: no longer watched),
+    /// by its number in the group they started in, which the datagrams keep carrying.
+    names: Vec<Option<usize>>,
+}
+
+impl Watch {
+    fn lock(watch: &Mutex<Watch>) -> std::sync::MutexGuard<'_, Watch> {
+        // A panic while holding the lock leaves plain data behind; keep using it.
+        watch.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 struct Peer {
@@ -181,15 +198,36 @@ impl Heartbeat {
             .map_err(|e| Error::network(format!("cannot share the heartbeat socket: {e}")))?;
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = stop.clone();
+        let watch = Arc::new(Mutex::new(Watch {
+            cancel,
+            names: (0..id.size).map(Some).collect(),
+        }));
+        let watching = watch.clone();
         let thread = std::thread::Builder::new()
             .name(format!("rustdist-hb-{}", id.rank))
-            .spawn(move || beat(sock, id, peers, config, key.as_ref(), &cancel, &stopping))
+            .spawn(move || beat(sock, id, peers, config, key.as_ref(), &watching, &stopping))
             .map_err(|e| Error::Runtime(format!("cannot start the heartbeat thread: {e}")))?;
         Ok(Heartbeat {
             stop,
             waker,
             thread: Some(thread),
+            watch,
         })
+    }
+
+    /// Serves the group shrunk to `keep` (ranks of the group served now, in the new group's
+    /// order), failing it through `cancel`: the ranks left out are no longer watched or
+    /// beaten to, and a silent rank is named by its new number. Datagrams keep their first
+    /// group's numbers and id, so peers that shrink a moment later still recognise them.
+    pub fn shrink(&self, keep: &[usize], cancel: Arc<Cancel>) {
+        let mut watch = Watch::lock(&self.watch);
+        let mut names = vec![None; watch.names.len()];
+        for (new, &served) in keep.iter().enumerate() {
+            if let Some(first) = watch.names.iter().position(|&n| n == Some(served)) {
+                names[first] = Some(new);
+            }
+        }
+        *watch = Watch { cancel, names };
     }
 }
 
@@ -220,7 +258,7 @@ fn beat(
     mut peers: Vec<Option<Peer>>,
     config: HeartbeatConfig,
     key: Option<&AuthKey>,
-    cancel: &Cancel,
+    watch: &Mutex<Watch>,
     stop: &AtomicBool,
 ) {
     let silence = config.interval * config.misses;
@@ -230,22 +268,30 @@ fn beat(
     while !stop.load(Ordering::Acquire) {
         let now = Instant::now();
         if now >= next {
+            let watch = Watch::lock(watch);
+            for (p, peer) in peers.iter_mut().enumerate() {
+                if watch.names[p].is_none() {
+                    *peer = None; // left out of the group by a shrink
+                }
+            }
             sent += 1;
             send_all(&sock, &peers, &encode(BEAT, &id, key, sent));
             next = now + config.interval;
-            if !cancel.is_raised() {
+            if !watch.cancel.is_raised() {
                 if let Some((p, peer)) = peers
                     .iter()
                     .enumerate()
                     .filter_map(|(p, x)| x.as_ref().map(|x| (p, x)))
                     .find(|(_, x)| !x.left && now.duration_since(x.heard) > silence)
                 {
-                    cancel.raise(Error::network(format!(
-                        "rank {p} (host {}) has been silent for {:.1} s: no heartbeat reached \
+                    let name = |r: usize| watch.names[r].unwrap_or(r);
+                    watch.cancel.raise(Error::network(format!(
+                        "rank {} (host {}) has been silent for {:.1} s: no heartbeat reached \
                          rank {} (a cut link, a frozen process or a host gone); the group is failed",
+                        name(p),
                         peer.ip,
                         now.duration_since(peer.heard).as_secs_f64(),
-                        id.rank
+                        name(id.rank)
                     )));
                 }
             }
@@ -402,6 +448,17 @@ mod tests {
         // Rank 1 leaves with a goodbye: rank 0 does not fail.
         drop(up);
         assert!(!raised_within(&low_cancel, FAST.interval * 16));
+    }
+
+    #[test]
+    fn a_shrink_stops_watching_the_ranks_it_leaves_out() {
+        let frozen = udp();
+        let (up, old_cancel) = upper(frozen.local_addr().unwrap(), FAST, None);
+        // Rank 0 never beats; rank 1 shrinks the group to itself before the silence counts.
+        let cancel = Arc::new(Cancel::default());
+        up.shrink(&[1], cancel.clone());
+        assert!(!raised_within(&cancel, FAST.interval * 20));
+        assert!(!old_cancel.is_raised());
     }
 
     #[test]

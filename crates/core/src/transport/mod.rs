@@ -5,9 +5,10 @@
 //! host, [`SharedMemory`] (the group's workspace: ranks read each other's data in place). The
 //! transport only moves bytes; which algorithm runs is chosen in `algorithms/select/`.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use crate::cancel::Cancel;
 use crate::error::{Error, Result};
 use crate::tensor::RawBuf;
 use crate::types::ReduceOp;
@@ -360,6 +361,20 @@ pub trait Transport: Send {
 
     /// Tells every peer this group failed with `reason`, so that they fail fast too.
     fn abort(&mut self, reason: &str);
+
+    /// Goes on as the group of this group's ranks but `excluded` (sorted, without this
+    /// rank), numbered in order, with group id `group`, failed through `cancel`; every
+    /// survivor calls it, within `deadline`. This transport is failed afterwards.
+    fn shrink(
+        &mut self,
+        excluded: &[usize],
+        group: u32,
+        cancel: Arc<Cancel>,
+        deadline: Instant,
+    ) -> Result<Box<dyn Transport>> {
+        let _ = (excluded, group, cancel, deadline);
+        Err(Error::Runtime("this transport cannot shrink".into()))
+    }
 
     /// Tells every peer this rank leaves the group cleanly.
     fn shutdown(&mut self);

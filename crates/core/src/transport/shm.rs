@@ -280,9 +280,11 @@ impl Ring {
 /// This rank's view of the host's shared memory: its own segment and its peers'.
 pub struct ShmHost {
     own: Segment,
+    /// The local peers' segments, by group rank.
     peers: Vec<Option<Segment>>,
-    /// Ranks of the group (the segments' ring count).
-    size: usize,
+    /// Ring slots of every segment: the size of the group they were made for (a shrunk group
+    /// keeps its parent's segments).
+    slots: usize,
     /// CPUs the ranks on this host may run on between them (the union of their affinity).
     cores: usize,
     /// Process id by group rank (of the ranks on this host) when they can all read each
@@ -293,10 +295,10 @@ pub struct ShmHost {
 impl ShmHost {
     /// The workspace of the ranks on this host (this one is group rank `me`).
     pub fn workspace(&self, me: usize) -> Workspace {
-        let at = Segment::workspace_offset(self.size);
+        let at = Segment::workspace_offset(self.slots);
         let mut ranks = Vec::new();
         let mut regions = Vec::new();
-        for p in 0..self.size {
+        for p in 0..self.peers.len() {
             let seg = if p == me {
                 Some(&self.own)
             } else {
@@ -332,6 +334,35 @@ impl ShmHost {
 
     fn unlink_own(&mut self) {
         self.own.unlink();
+    }
+
+    /// The shared memory of a group shrunk to the ranks `keep` (this group's ranks, in the new
+    /// group's order): the segments of the others are unmapped. Pipes made before keep
+    /// working; new ones cannot be made (their rings are numbered by this group's ranks).
+    pub fn shrink(mut self, keep: &[usize]) -> ShmHost {
+        let peers = keep.iter().map(|&r| self.peers[r].take()).collect();
+        let pids = self
+            .pids
+            .map(|pids| keep.iter().map(|&r| pids[r]).collect());
+        ShmHost {
+            own: self.own,
+            peers,
+            slots: self.slots,
+            cores: self.cores,
+            pids,
+        }
+    }
+
+    /// Zeroes this rank's workspace region, for a new workspace over it.
+    ///
+    /// # Safety
+    /// No rank reads or writes the region meanwhile: every local peer has left the workspace
+    /// the region served, and none has joined the next one yet.
+    pub unsafe fn clear_own_region(&self) {
+        let at = Segment::workspace_offset(self.slots);
+        // SAFETY: the region lies inside the mapping (len_for covers it); the caller promises
+        // that nobody else touches it.
+        unsafe { std::ptr::write_bytes(self.own.base.add(at), 0, REGION_BYTES) };
     }
 
     /// The pipe between this rank (`me`) and peer `p`, if p shares the host.
@@ -608,7 +639,7 @@ pub fn share_memory(
     let mut host = ShmHost {
         own,
         peers: segments,
-        size,
+        slots: size,
         cores,
         pids,
     };

@@ -12,8 +12,9 @@
 //! The parts: `link` (the byte pipes), `state` (the transport's state and the frames and
 //! receives in it), `tx` (writing queued frames), `p2p` (posted point-to-point operations),
 //! `rx` (reading frames and matching them to receives), `progress` (the loop that moves bytes
-//! and waits), `shared` (waiting in the workspace). Each part uses only those before it in
-//! that list; this file, which connects the transport and implements [`Transport`], uses them.
+//! and waits), `shared` (waiting in the workspace), `shrink` (going on as a smaller group over
+//! the same links). Each part uses only those before it in that list; this file, which
+//! connects the transport and implements [`Transport`], uses them.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -36,6 +37,7 @@ mod p2p;
 mod progress;
 mod rx;
 mod shared;
+mod shrink;
 mod state;
 #[cfg(test)]
 mod tests;
@@ -248,7 +250,11 @@ impl Transport for MeshTransport {
         let finished = |t: &MeshTransport, recvs: &[StepRecv<'_>]| {
             recvs.iter().all(|r| r.done) && tickets.iter().all(|&(p, ticket)| t.flushed(p, ticket))
         };
-        self.progress(Some(ctx), &mut recvs, &finished, ctx.deadline(), None)
+        let outcome = self.progress(Some(ctx), &mut recvs, &finished, ctx.deadline(), None);
+        if outcome.is_err() {
+            self.abandon_step(&recvs);
+        }
+        outcome
     }
 
     fn post_send(&mut self, peer: usize, tag: i64, data: RawBuf, deadline: Instant, done: P2pDone) {
@@ -364,6 +370,17 @@ impl Transport for MeshTransport {
         if self.failed.is_none() {
             self.fail(Error::backend(reason.to_string()));
         }
+    }
+
+    fn shrink(
+        &mut self,
+        excluded: &[usize],
+        group: u32,
+        cancel: Arc<Cancel>,
+        deadline: Instant,
+    ) -> Result<Box<dyn Transport>> {
+        let survivors = self.shrink_to(excluded, group, cancel, deadline)?;
+        Ok(Box::new(survivors))
     }
 
     fn shutdown(&mut self) {

@@ -10,7 +10,12 @@ use crate::error::{Error, Result};
 
 impl MeshTransport {
     pub(super) fn has_pending_p2p(&self) -> bool {
-        !self.posted.is_empty() || self.peers.iter().flatten().any(|p| !p.txq.is_empty())
+        !self.posted.is_empty()
+            || self
+                .peers
+                .iter()
+                .flatten()
+                .any(|p| p.txq.iter().any(|f| f.done.is_some()))
     }
 
     /// Fails posted point-to-point operations whose deadline passed and that have not started

@@ -85,7 +85,7 @@ impl MeshTransport {
             host.sleep(nap, || {
                 peers.iter().flatten().any(|peer| {
                     peer.link.in_memory()
-                        && ((peer.link.has_data() && !peer.holds_frame())
+                        && ((peer.link.has_data() && !peer.unread())
                             || (!peer.txq.is_empty() && peer.link.has_space()))
                 })
             });
@@ -97,7 +97,7 @@ impl MeshTransport {
             let Some(peer) = peer.as_ref().filter(|peer| !peer.closed) else {
                 continue;
             };
-            let polled = peer.link.pollfds(!peer.holds_frame(), !peer.txq.is_empty());
+            let polled = peer.link.pollfds(!peer.unread(), !peer.txq.is_empty());
             owners.extend(std::iter::repeat_n(p, polled.len()));
             fds.extend(polled);
         }
@@ -112,9 +112,9 @@ impl MeshTransport {
         Ok(())
     }
 
-    /// Errors when an operation still needs a peer that has left.
+    /// Errors when an operation still needs a peer that has left (or shrunk the group).
     pub(super) fn check_needed_peers(&mut self, recvs: &[StepRecv<'_>]) -> Result<()> {
-        let gone = |p: usize| self.peers[p].as_ref().is_some_and(|x| x.closed);
+        let gone = |p: usize| self.peers[p].as_ref().is_some_and(|x| x.closed || x.paused);
         let stuck = recvs
             .iter()
             .filter(|r| !r.done)
@@ -130,9 +130,19 @@ impl MeshTransport {
             .find(|&p| gone(p));
         if let Some(p) = stuck {
             let rank = self.rank;
-            return Err(self.fail(Error::network(format!(
-                "rank {p} has left the group (it destroyed its process group or exited) while rank {rank} still needs it"
-            ))));
+            let why = if self.peers[p].as_ref().is_some_and(|x| x.paused) {
+                format!(
+                    "rank {p} has left the group (it shrank it with shrink_group without this \
+                     rank's operation; shrink it too) while rank {rank} still needs it"
+                )
+            } else {
+                // gloo's words first, which programs written for gloo (torchft) look for.
+                format!(
+                    "Connection closed by peer: rank {p} has left the group (it destroyed its \
+                     process group or exited) while rank {rank} still needs it"
+                )
+            };
+            return Err(self.fail(Error::network(why)));
         }
         Ok(())
     }

@@ -59,7 +59,7 @@ impl MeshTransport {
             let Some(peer) = self.peers[p].as_mut() else {
                 return Ok(moved);
             };
-            if peer.closed {
+            if peer.closed || peer.paused {
                 return Ok(moved);
             }
             if peer.holds_frame() {
@@ -247,7 +247,8 @@ impl MeshTransport {
         recvs: &mut [StepRecv<'_>],
     ) -> Result<()> {
         let group = self.group;
-        if hdr.group != group {
+        // A shrink frame names the new group; its peer has left this one (`on_frame`).
+        if hdr.group != group && hdr.kind != FrameKind::Shrink {
             return Err(self.fail(Error::network(format!(
                 "rank {p} sent a frame of another group ({:#x}, expected {group:#x})",
                 hdr.group
@@ -314,7 +315,7 @@ impl MeshTransport {
                     return Ok(());
                 }
             }
-            FrameKind::Abort | FrameKind::Goodbye => {}
+            FrameKind::Abort | FrameKind::Goodbye | FrameKind::Shrink => {}
         }
         if hdr.len == 0 {
             let frame = Frame {
@@ -350,6 +351,14 @@ impl MeshTransport {
                 self.peer(p)?.left = true;
                 Ok(())
             }
+            FrameKind::Shrink => {
+                // `p` has left for a shrunk group: kept for this rank's own shrink, which goes
+                // on reading the link; operations that still need `p` fail meanwhile.
+                let peer = self.peer(p)?;
+                peer.shrinking.push(frame);
+                peer.paused = true;
+                Ok(())
+            }
             FrameKind::Tagged => {
                 let tag = frame.hdr.seq;
                 self.peer(p)?.tagged.push_back(frame);
@@ -370,6 +379,18 @@ impl MeshTransport {
                     self.match_stashed(ctx, recvs, idx)?;
                 }
                 Ok(())
+            }
+        }
+    }
+
+    /// After a step that failed: a frame half read into one of its receives is skipped from
+    /// here on (the receive's buffer belongs to a caller about to get the error), so that the
+    /// link still parses as frames.
+    pub(super) fn abandon_step(&mut self, recvs: &[StepRecv<'_>]) {
+        for peer in self.peers.iter_mut().flatten() {
+            if let Rx::Posted { idx } = peer.rx {
+                let r = &recvs[idx];
+                peer.rx = Rx::skip(r.buf.len() - r.got);
             }
         }
     }

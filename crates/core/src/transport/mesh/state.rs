@@ -70,13 +70,39 @@ impl MeshTransport {
 
     /// Makes `e` the transport's sticky error and fails every pending point-to-point operation
     /// (dropping queued frames, whose borrowed payloads must not be touched after this).
+    ///
+    /// Every link stays a sequence of whole frames, so that a shrink (`shrink.rs`) can go on
+    /// using it: a frame half written is kept and finished with zeros in place of its payload,
+    /// control frames (which own their bytes) stay queued, and a frame half read into a posted
+    /// receive has the rest of it skipped.
     pub(super) fn fail(&mut self, e: Error) -> Error {
         if self.failed.is_none() {
             self.failed = Some(e.clone());
         }
         let mut dones = Vec::new();
         for peer in self.peers.iter_mut().flatten() {
-            dones.extend(peer.txq.drain(..).filter_map(|f| f.done.map(|(d, _)| d)));
+            if let Rx::Tagged { id } = peer.rx {
+                let left = self
+                    .posted
+                    .iter()
+                    .find(|r| r.id == id)
+                    .map_or(0, |r| r.buf.len() - r.got);
+                peer.rx = Rx::skip(left);
+            }
+            let mut kept = VecDeque::new();
+            for (i, mut frame) in peer.txq.drain(..).enumerate() {
+                let control = frame.done.is_none() && frame.owned.is_some();
+                if let Some((done, _)) = frame.done.take() {
+                    dones.push(done);
+                }
+                if control {
+                    kept.push_back(frame);
+                } else if i == 0 && frame.off > 0 {
+                    frame.zero_payload();
+                    kept.push_back(frame);
+                }
+            }
+            peer.txq = kept;
         }
         dones.extend(self.posted.drain(..).filter_map(|r| r.done));
         for done in dones {
@@ -112,6 +138,12 @@ pub(super) struct Peer {
     /// frame often arrives before its receive is posted, and a fresh buffer each time costs
     /// page faults and zeroing on every step.
     pub(super) spare: Vec<Vec<u8>>,
+    /// The peer's shrink frames (its markers that it left this group for a smaller one), by
+    /// arrival; kept for the shrink that reads them.
+    pub(super) shrinking: Vec<Frame>,
+    /// Set once the peer's (last) shrink frame came: what follows in its link belongs to the
+    /// group it shrank into, which reads it; this one must not.
+    pub(super) paused: bool,
 }
 
 impl Peer {
@@ -131,12 +163,20 @@ impl Peer {
             closed: false,
             scratch: Vec::new(),
             spare: Vec::new(),
+            shrinking: Vec::new(),
+            paused: false,
         })
     }
 
     /// Whether a collective frame from this peer waits in its link (see `rx::holds`).
     pub(super) fn holds_frame(&self) -> bool {
         matches!(self.rx, Rx::Held(_))
+    }
+
+    /// Whether its link holds bytes this rank must not read now: a held frame's payload, or
+    /// what follows a shrink frame.
+    pub(super) fn unread(&self) -> bool {
+        self.paused || self.holds_frame()
     }
 
     /// A buffer for the payload of a frame read into the stash: a spare one when there is
@@ -175,6 +215,18 @@ pub(super) struct OutFrame {
 }
 
 impl OutFrame {
+    /// A frame that owns its payload (control frames: no caller keeps anything alive).
+    pub(super) fn owned(hdr: Header, mut payload: Vec<u8>) -> OutFrame {
+        OutFrame {
+            header: hdr.encode(),
+            data: RawBuf::from_mut_slice(&mut payload),
+            off: 0,
+            ticket: 0,
+            done: None,
+            owned: Some(payload),
+        }
+    }
+
     /// Sends a copy of the payload from here on: the caller's memory is about to be written
     /// (a receive posted over it) while the send is still queued.
     pub(super) fn detach(&mut self) {
@@ -186,6 +238,15 @@ impl OutFrame {
         // The Vec's heap buffer stays put when the Vec moves into the frame.
         self.data = RawBuf::from_mut_slice(&mut copy);
         self.owned = Some(copy);
+    }
+
+    /// Sends zeros for the rest of the payload: its owner is gone (the transport failed), but
+    /// the frame was half written and the link must stay whole frames. A large zeroed
+    /// allocation maps the zero page, so this costs no memory until written.
+    pub(super) fn zero_payload(&mut self) {
+        let mut zeros = vec![0u8; self.data.len()];
+        self.data = RawBuf::from_mut_slice(&mut zeros);
+        self.owned = Some(zeros);
     }
 }
 
@@ -216,6 +277,17 @@ pub(super) const RX_IDLE: Rx = Rx::Header {
     buf: [0; HEADER_LEN],
     got: 0,
 };
+
+impl Rx {
+    /// Skips the next `left` bytes (the rest of a frame nobody will take), then reads headers.
+    pub(super) fn skip(left: usize) -> Rx {
+        if left == 0 {
+            RX_IDLE
+        } else {
+            Rx::Discard { left }
+        }
+    }
+}
 
 /// A posted point-to-point receive.
 pub(super) struct PostedRecv {

@@ -230,3 +230,89 @@ fn a_queued_send_keeps_its_bytes_when_a_receive_is_posted_over_them() {
     );
     assert!(shared == reply, "the receive lands in the buffer");
 }
+
+#[test]
+fn a_shrink_skips_what_the_old_group_left_half_sent_and_half_read() {
+    const BIG: usize = 48 << 20;
+    let [mut a, mut b] = connect_pair("shrink");
+    let deadline = Instant::now() + TIMEOUT;
+    let mut payload: Vec<u8> = (0..BIG).map(|i| (i % 251) as u8).collect();
+    let mut inbox = vec![0u8; BIG];
+    let (tx, _rx) = mpsc::channel::<crate::Result<usize>>();
+    let (tx2, _rx2) = (tx.clone(), tx.clone());
+    // SAFETY: both buffers outlive the transports' use of them (failed below, then shrunk).
+    let (out, into) = unsafe {
+        (
+            RawBuf::new(payload.as_mut_ptr(), BIG),
+            RawBuf::new(inbox.as_mut_ptr(), BIG),
+        )
+    };
+    a.post_send(1, 5, out, deadline, Box::new(move |r| drop(tx.send(r))));
+    b.post_recv(
+        Some(0),
+        5,
+        into,
+        deadline,
+        Box::new(move |r| drop(tx2.send(r))),
+    );
+    // A few rounds: part of the frame has left a, part of that has reached b's receive.
+    for _ in 0..3 {
+        a.pump(&|| true).expect("pump a");
+        b.pump(&|| true).expect("pump b");
+    }
+    let left = |t: &MeshTransport| t.peers[1 - t.rank].as_ref().map_or(0, |p| p.txq.len());
+    assert_eq!(left(&a), 1, "the frame is still being written");
+    assert!(matches!(
+        b.peers[0].as_ref().unwrap().rx,
+        super::state::Rx::Tagged { .. }
+    ));
+    // The old group fails on both sides (its owners return), with an abort notice queued
+    // behind the half-written frame.
+    a.abort("test: the old group fails mid-frame");
+    b.abort("test: the old group fails mid-frame");
+    let shrink = |mut t: MeshTransport| {
+        std::thread::spawn(move || {
+            let cancel = Arc::new(Cancel::default());
+            let new = t.shrink_to(&[], 99, cancel, Instant::now() + TIMEOUT);
+            (t, new)
+        })
+    };
+    let (ha, hb) = (shrink(a), shrink(b));
+    let (_old_a, new_a) = ha.join().expect("rank 0 panicked");
+    let (_old_b, new_b) = hb.join().expect("rank 1 panicked");
+    let (mut new_a, mut new_b) = (
+        new_a.expect("rank 0 shrinks"),
+        new_b.expect("rank 1 shrinks"),
+    );
+    drop((payload, inbox));
+    // The new group's first message arrives whole, right after the markers.
+    let mut msg: Vec<u8> = b"the new group's first message".to_vec();
+    let mut got = vec![0u8; msg.len()];
+    let (tx, rx) = mpsc::channel();
+    let tx2 = tx.clone();
+    // SAFETY: both buffers outlive the operations, which `drive` waits for.
+    let (out, into) = unsafe {
+        (
+            RawBuf::new(msg.as_mut_ptr(), msg.len()),
+            RawBuf::new(got.as_mut_ptr(), got.len()),
+        )
+    };
+    new_a.post_send(1, 9, out, deadline, Box::new(move |r| drop(tx.send(r))));
+    new_b.post_recv(
+        Some(0),
+        9,
+        into,
+        deadline,
+        Box::new(move |r| drop(tx2.send(r))),
+    );
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let end = Instant::now() + TIMEOUT;
+            while new_a.has_pending() && Instant::now() < end {
+                new_a.pump(&|| false).expect("pump the new rank 0");
+            }
+        });
+        drive(&mut new_b, &rx, 2);
+    });
+    assert_eq!(got, msg);
+}

@@ -69,6 +69,10 @@ impl MeshTransport {
         }
     }
 
+    /// Sends a control frame (abort, goodbye) to every peer within 200 ms, best effort: a
+    /// peer that does not drain its link in time gets no notice and finds out from the closed
+    /// connection instead. It goes ahead of queued frames, but behind one half written (links
+    /// carry whole frames); what is left unwritten stays queued.
     pub(super) fn send_control(&mut self, kind: FrameKind, class: u8, payload: &[u8]) {
         let hdr = Header {
             kind,
@@ -80,29 +84,33 @@ impl MeshTransport {
             seq: 0,
             count: 0,
             len: payload.len() as u64,
-        }
-        .encode();
+        };
         let deadline = Instant::now() + Duration::from_millis(200);
-        for peer in self.peers.iter_mut().flatten() {
-            if peer.closed {
-                continue;
+        for p in 0..self.size {
+            match self.peers[p].as_ref() {
+                Some(peer) if !peer.closed => {}
+                _ => continue,
             }
-            // Best effort: a peer that does not drain its link in time gets no notice and
-            // finds out from the closed connection instead.
-            let mut frame = hdr.to_vec();
-            frame.extend_from_slice(payload);
-            let mut off = 0;
-            while off < frame.len() && Instant::now() < deadline {
-                match peer.link.write_vectored(&[IoSlice::new(&frame[off..])]) {
-                    Ok(0) => break,
-                    Ok(n) => off += n,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        std::thread::sleep(Duration::from_millis(1));
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            let Ok(ticket) = self.queue_ahead(p, OutFrame::owned(hdr, payload.to_vec())) else {
+                continue;
+            };
+            while !self.flushed(p, ticket) && Instant::now() < deadline {
+                match self.flush_peer(p) {
+                    Ok(true) => {}
+                    Ok(false) => std::thread::sleep(Duration::from_millis(1)),
                     Err(_) => break,
                 }
             }
         }
+    }
+
+    /// Queues `frame` for `p` ahead of every frame not yet started; returns its ticket.
+    pub(super) fn queue_ahead(&mut self, p: usize, mut frame: OutFrame) -> Result<u64> {
+        let peer = self.peer(p)?;
+        peer.queued += 1;
+        frame.ticket = peer.queued;
+        let at = usize::from(peer.txq.front().is_some_and(|f| f.off > 0));
+        peer.txq.insert(at, frame);
+        Ok(peer.queued)
     }
 }
