@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import importlib
 import sys
 from typing import Any, Callable, Optional, TypeVar
 
@@ -19,10 +20,11 @@ def not_traced(fn: _F) -> _F:
     def method(*args: Any, **kwargs: Any) -> Any:
         nonlocal disabled
         if disabled is None:
-            dynamo = sys.modules.get("torch._dynamo")
-            if dynamo is None:
+            if "torch._dynamo" not in sys.modules:
                 return fn(*args, **kwargs)
-            dynamo.eval_frame.skip_code(method.__code__)
+            # import_module waits for another thread still importing dynamo, where reading
+            # its attributes would find a half-initialised package.
+            importlib.import_module("torch._dynamo").eval_frame.skip_code(method.__code__)
             disabled = sys.modules["torch"].compiler.disable(fn, recursive=True)
         return disabled(*args, **kwargs)
 
