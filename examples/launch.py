@@ -25,9 +25,12 @@ def _spawned(rank: int, main: Main, args: argparse.Namespace, port: int) -> None
     main(args)
 
 
-def run(main: Main, description: str) -> None:
-    """Parses ``--world`` and ``--save-dir`` and runs ``main`` on every rank."""
+def run(main: Main, description: str,
+        arguments: Callable[[argparse.ArgumentParser], None] = lambda parser: None) -> None:
+    """Parses ``--world``, ``--save-dir`` and what ``arguments`` adds to the parser, and runs
+    ``main`` on every rank."""
     parser = argparse.ArgumentParser(description=description)
+    arguments(parser)
     parser.add_argument("--world", type=int, default=2,
                         help="ranks to start with mp.spawn (ignored under torchrun)")
     parser.add_argument("--save-dir", default=None,

@@ -14,6 +14,8 @@ from __future__ import annotations
 import multiprocessing
 import os
 import socket
+import subprocess
+import sys
 import traceback
 from typing import Any, Iterator
 
@@ -144,6 +146,37 @@ def test_data_movement_ops(pg: Any) -> None:
     out = torch.empty(5, device="cuda")
     rcuda.reduce_scatter(pg, out, [torch.full((5,), 3.0, device="cuda")], SUM)
     assert out.tolist() == [3.0] * 5
+
+
+@pytest.mark.timeout(120)
+def test_cuda_operations_are_recorded_as_nccl_ones(tmp_path: Any) -> None:
+    """A CUDA group records its operations in the flight recorder under NCCL's names, with
+    states that reach completed once the GPU work has finished; its staging group is not in
+    the dump (its steps are the CUDA group's); torch's analyzer reads the dump."""
+    import pickle
+
+    group = _group(core.HashStore(), 0, 1, "gpu-recorded")
+    group._trace_as("gpu-recorded", "recorded")
+    try:
+        x = torch.ones(8, device="cuda")
+        for _ in range(3):
+            rcuda.all_reduce(group, x, SUM).wait()
+        rcuda.broadcast(group, x, 0)
+        torch.cuda.synchronize()
+        path = core.flight_recorder_dump(str(tmp_path / "rank_"))
+        with open(path, "rb") as f:
+            dumped = pickle.load(f)
+        ours = [e for e in dumped["entries"] if e["process_group"][0] == "gpu-recorded"]
+        assert [e["profiling_name"] for e in ours] == ["nccl:all_reduce"] * 3 + ["nccl:broadcast"]
+        assert [e["collective_seq_id"] for e in ours] == [1, 2, 3, 4]
+        assert ours[0]["input_sizes"] == [[8]] and ours[0]["state"] == "completed"
+        assert not any("cuda-staging" in name for name in dumped["pg_config"])
+        analyzed = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace",
+             str(tmp_path), "--prefix", "rank_"], capture_output=True, text=True, timeout=60)
+        assert analyzed.returncode == 0, analyzed.stderr
+    finally:
+        _close(group)
 
 
 @pytest.mark.timeout(120)

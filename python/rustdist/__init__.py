@@ -12,6 +12,7 @@ import warnings as _warnings
 from typing import Any as _Any
 
 from ._core import FileStore, HashStore, PrefixStore, Store, TCPStore, __version__
+from . import flight_recorder
 from ._breakpoint import breakpoint
 from ._debug import (
     DebugLevel,

@@ -252,6 +252,24 @@ class ProcessGroup:
         group refuses work afterwards."""
     def error(self) -> Optional[Exception]:
         """The error that failed the group, or None while it works."""
+    def set_trace_info(self, name: str, desc: str, ranks: list[int]) -> None:
+        """Names the group in its flight recorder as torch knows it: `name` (torch's
+        group_name), `desc` (group_desc), the members' global ranks by group rank."""
+
+def flight_recorder_set_rank(rank: int) -> None:
+    """Sets this process's global rank, which names its flight recorder dump."""
+
+def flight_recorder_dump(prefix: Optional[str] = None) -> str:
+    """Writes every group's flight recorder, in torch's pickle format, to `prefix` (default
+    TORCH_FR_DUMP_TEMP_FILE, else /tmp/nccl_trace_rank_) followed by the global rank; returns
+    the path."""
+
+def flight_recorder_dump_after(why: str) -> None:
+    """Dumps as after a failure (`why` is logged), when recording is on and the rank is known;
+    never raises."""
+
+def flight_recorder_capacity() -> int:
+    """Entries each group keeps (TORCH_FR_BUFFER_SIZE, default 128; 0: recording off)."""
 
 def selection_table(
     worlds: Sequence[int], sizes: Sequence[int]
@@ -474,6 +492,8 @@ class CudaGroup:
         """A subgroup: `member` is (pg, store, rank, size, timeout, group_name) on members,
         None elsewhere. Collective over every rank of this group when it has NCCL
         (ncclCommSplit), else over the members only."""
+    def set_trace_info(self, name: str, desc: str, ranks: list[int]) -> None:
+        """Names the group in its flight recorder (see ProcessGroup.set_trace_info)."""
     @property
     def can_shrink(self) -> bool:
         """Whether `shrink` can run: a staged group, or NCCL with ncclCommShrink (>= 2.27)."""

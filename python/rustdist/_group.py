@@ -9,7 +9,7 @@ import weakref
 from datetime import timedelta
 from typing import Any, Callable, Optional
 
-from . import cuda
+from . import _core, cuda
 from ._tracing import not_traced
 
 try:  # torch is optional: rustdist works on numpy arrays without it.
@@ -109,6 +109,19 @@ class ProcessGroup(_GroupBase):  # type: ignore[misc, valid-type]
         # Called with the group when it ends (shut down, or aborted in torch's world): set by
         # the world that caches it as the default group.
         self._on_end: Optional[Callable[[ProcessGroup], None]] = None
+        # How the flight recorder names the group: torch's group_name and group_desc.
+        self._trace: tuple[str, str] = (pg.group_name, "default_pg" if world else "undefined")
+        _core.flight_recorder_set_rank(ranks[pg.rank])
+        self._trace_as(*self._trace)
+
+    def _trace_as(self, name: str, desc: str) -> None:
+        """Names the group in the flight recorder (its dumps, and the timeouts that quote
+        what a rank was doing) as torch knows it: ``name`` (torch's ``group_name``) and
+        ``desc`` (``group_desc``)."""
+        self._trace = (name, desc)
+        self._pg.set_trace_info(name, desc, self._ranks)
+        if self._cuda is not None:
+            self._cuda.set_trace_info(name, desc, self._ranks)
 
     def rank(self) -> int:
         """This process's rank in the group."""
@@ -185,6 +198,7 @@ class ProcessGroup(_GroupBase):  # type: ignore[misc, valid-type]
         out = set(excluded)
         ranks = [g for i, g in enumerate(self._ranks) if i not in out]
         group = type(self)(core, ranks, self._backend, world=False, store=self._store)
+        group._trace_as(core.group_name, self._trace[1])
         if self._cuda is not None:
             cuda.shrink(self, group, excluded, abort_pending)
         return group
@@ -205,12 +219,14 @@ class ProcessGroup(_GroupBase):  # type: ignore[misc, valid-type]
         group was aborted, and so does every later one; the peers are told, so that their
         pending and later operations on the group fail the same way. The group stays
         registered (torch's semantics): ``_abort_process_group`` or
-        ``destroy_process_group`` forgets it.
+        ``destroy_process_group`` forgets it. The flight recorder is dumped
+        (``TORCH_FR_DUMP_TEMP_FILE``; see ``rustdist.flight_recorder``).
         """
         self._ended()
         if self._cuda is not None:
             cuda.abort(self)
         self._pg.abort()
+        _core.flight_recorder_dump_after(f"process group {self._trace[0]} aborted")
 
     def _ended(self) -> None:
         on_end, self._on_end = self._on_end, None

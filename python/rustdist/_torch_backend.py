@@ -116,6 +116,7 @@ else:
         def setGroupName(self, name: str) -> None:  # noqa: N802
             """Called by torch when it registers the group."""
             self._td_name = name
+            self._trace_as(name, self._trace[1])
 
         def getGroupDesc(self) -> str:  # noqa: N802
             """The group's description (torch's ``group_desc``)."""
@@ -124,6 +125,7 @@ else:
         def setGroupDesc(self, desc: str) -> None:  # noqa: N802
             """Called by torch when it registers the group."""
             self._td_desc = desc
+            self._trace_as(self._trace[0], desc)
 
         def _get_backend(self, device: Any) -> "ProcessGroup":
             """The backend serving ``device``: this group, for every device."""

@@ -582,6 +582,7 @@ def new_group(ranks: Optional[list[int]] = None, timeout: Optional[timedelta] = 
     core = _core.ProcessGroup(store, ranks.index(global_rank), len(ranks),
                               timeout.total_seconds(), group_name)
     pg = ProcessGroup(core, ranks, name, world=False, store=store)
+    pg._trace_as(group_name, group_desc or "undefined")
     _subgroups[group_name] = pg
     logger.info("rank %d: created process group %s (ranks %s%s)", global_rank, group_name,
                 ranks, f", {group_desc}" if group_desc else "")

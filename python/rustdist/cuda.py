@@ -200,6 +200,7 @@ def _cuda_group(pg: Any, device: int) -> Any:
     if cuda is None:
         cuda = _core.CudaGroup(*_member_args(pg), device, library_paths())
         pg._cuda = cuda
+        pg._trace_as(*pg._trace)
     elif cuda.device != device:
         raise ValueError(
             f"process group {pg.group_name!r} runs its CUDA operations on cuda:{cuda.device}; "
@@ -220,6 +221,7 @@ def new_subgroup(parent: Any, child: Optional[Any]) -> None:
     sub = cuda.split(None if child is None else _member_args(child))
     if child is not None:
         child._cuda = sub
+        child._trace_as(*child._trace)
 
 
 def check_shrink(pg: Any) -> None:
@@ -241,6 +243,7 @@ def shrink(parent: Any, child: Any, excluded: list[int], abort_pending: bool) ->
     cuda = getattr(parent, "_cuda", None)
     if cuda is not None:
         child._cuda = cuda.shrink(excluded, abort_pending, child.group_name)
+        child._trace_as(*child._trace)
         parent._cuda = None
 
 

@@ -12,6 +12,7 @@ pub mod error;
 pub mod group;
 pub mod interrupt;
 pub mod netio;
+pub mod recorder;
 pub mod reduce;
 pub mod spin;
 pub mod store;

@@ -16,6 +16,7 @@ use rustdist_core::work::Keepalive;
 use rustdist_core::{CollectiveKind, DType, ReduceOp};
 
 use crate::error::{CoreResult, PyDistError};
+use crate::flight;
 use crate::group::PyProcessGroup;
 use crate::store::store_from_py;
 use crate::work::PyWork;
@@ -281,6 +282,7 @@ impl PyCudaGroup {
     ) -> PyResult<PyCudaWork> {
         let t = dev(ptr, numel, dtype)?;
         let red = reduction(op, premul)?;
+        flight::note_stack(py);
         let w = py.detach(|| self.group.all_reduce(t, red, stream, keepalive(keep)));
         self.done(py, w)
     }
@@ -301,6 +303,7 @@ impl PyCudaGroup {
     ) -> PyResult<PyCudaWork> {
         let t = dev(ptr, numel, dtype)?;
         let red = reduction(op, premul)?;
+        flight::note_stack(py);
         let w = py.detach(|| self.group.reduce(t, root, red, stream, keepalive(keep)));
         self.done(py, w)
     }
@@ -317,6 +320,7 @@ impl PyCudaGroup {
         keep: Py<PyAny>,
     ) -> PyResult<PyCudaWork> {
         let t = dev(ptr, numel, dtype)?;
+        flight::note_stack(py);
         let w = py.detach(|| self.group.broadcast(t, root, stream, keepalive(keep)));
         self.done(py, w)
     }
@@ -338,6 +342,7 @@ impl PyCudaGroup {
             .into_iter()
             .map(|(p, n)| dev(p, n, dtype))
             .collect::<CoreResult<Vec<_>>>()?;
+        flight::note_stack(py);
         let w = py.detach(|| {
             self.group
                 .all_gather(input, outputs, stream, keepalive(keep))
@@ -359,6 +364,7 @@ impl PyCudaGroup {
     ) -> PyResult<PyCudaWork> {
         let input = dev(in_ptr, numel, dtype)?;
         let output = dev(out_ptr, numel * self.group.size(), dtype)?;
+        flight::note_stack(py);
         let w = py.detach(|| {
             self.group
                 .all_gather_into(input, output, stream, keepalive(keep))
@@ -388,6 +394,7 @@ impl PyCudaGroup {
             .collect::<CoreResult<Vec<_>>>()?;
         let output = dev(out_ptr, numel, dtype)?;
         let red = reduction(op, premul)?;
+        flight::note_stack(py);
         let w = py.detach(|| {
             self.group
                 .reduce_scatter(inputs, output, red, stream, keepalive(keep))
@@ -413,6 +420,7 @@ impl PyCudaGroup {
         let input = dev(in_ptr, numel * self.group.size(), dtype)?;
         let output = dev(out_ptr, numel, dtype)?;
         let red = reduction(op, premul)?;
+        flight::note_stack(py);
         let w = py.detach(|| {
             self.group
                 .reduce_scatter_tensor(input, output, red, stream, keepalive(keep))
@@ -443,6 +451,7 @@ impl PyCudaGroup {
         };
         let (sends, recvs) = (blocks(sends)?, blocks(recvs)?);
         let dtype = DType::from_code(dtype).map_err(PyDistError)?;
+        flight::note_stack(py);
         let w = py.detach(|| {
             self.group
                 .exchange(kind, dtype, count, sends, recvs, stream, keepalive(keep))
@@ -463,6 +472,7 @@ impl PyCudaGroup {
         keep: Py<PyAny>,
     ) -> PyResult<PyCudaWork> {
         let t = dev(ptr, numel, dtype)?;
+        flight::note_stack(py);
         let w = py.detach(|| self.group.send(t, dst, tag, stream, keepalive(keep)));
         self.done(py, w)
     }
@@ -481,6 +491,7 @@ impl PyCudaGroup {
         keep: Py<PyAny>,
     ) -> PyResult<PyCudaWork> {
         let t = dev(ptr, numel, dtype)?;
+        flight::note_stack(py);
         let w = py.detach(|| self.group.recv(t, src, tag, stream, keepalive(keep)));
         self.done(py, w)
     }
@@ -504,6 +515,7 @@ impl PyCudaGroup {
                 })
             })
             .collect::<CoreResult<Vec<_>>>()?;
+        flight::note_stack(py);
         let w = py.detach(|| {
             self.group
                 .batch_isend_irecv(ops, stream, keepalive(keep))
@@ -514,6 +526,7 @@ impl PyCudaGroup {
 
     /// A barrier on the device (wait with `synchronize()`, as torch's barrier blocks the host).
     fn barrier(&self, py: Python<'_>, stream: usize) -> PyResult<PyCudaWork> {
+        flight::note_stack(py);
         let w = py.detach(|| self.group.barrier(stream));
         self.done(py, w)
     }
@@ -541,6 +554,11 @@ impl PyCudaGroup {
             .detach(|| self.group.split(member))
             .map_err(PyDistError)?;
         Ok(child.map(|group| PyCudaGroup { group }))
+    }
+
+    /// Names the group in its flight recorder as torch knows it (see the CPU group's).
+    fn set_trace_info(&self, name: &str, desc: &str, ranks: Vec<usize>) {
+        self.group.set_trace_info(name, desc, ranks);
     }
 
     /// Whether `shrink` can run: a staged group, or NCCL with ncclCommShrink (>= 2.27).

@@ -12,6 +12,7 @@ use rustdist_core::work::Keepalive;
 use rustdist_core::{CollectiveKind, DType, ProcessGroup, ReduceOp};
 
 use crate::error::{CoreResult, PyDistError};
+use crate::flight;
 use crate::interrupt;
 use crate::store::store_from_py;
 use crate::work::PyWork;
@@ -166,6 +167,7 @@ impl PyProcessGroup {
         let t = tensor(ptr, numel, dtype)?;
         let red = Reduction::new(ReduceOp::from_code(op)?, premul)?;
         let (pg, run) = (&self.pg, how(keep, sync));
+        flight::note_stack(py);
         started(interrupt::blocking(py, move || pg.all_reduce(t, red, run))?)
     }
 
@@ -186,6 +188,7 @@ impl PyProcessGroup {
         let t = tensor(ptr, numel, dtype)?;
         let red = Reduction::new(ReduceOp::from_code(op)?, premul)?;
         let (pg, run) = (&self.pg, how(keep, sync));
+        flight::note_stack(py);
         started(interrupt::blocking(py, move || {
             pg.reduce(t, root, red, run)
         })?)
@@ -229,6 +232,7 @@ impl PyProcessGroup {
         };
         let dtype = DType::from_code(dtype)?;
         let (pg, run) = (&self.pg, how(keep, sync));
+        flight::note_stack(py);
         started(interrupt::blocking(py, move || {
             pg.exchange(kind, dtype, count, blocks, run)
         })?)
@@ -254,6 +258,7 @@ impl PyProcessGroup {
     ) -> CoreResult<Option<PyWork>> {
         let t = tensor(ptr, numel, dtype)?;
         let (pg, run) = (&self.pg, how(keep, sync));
+        flight::note_stack(py);
         started(interrupt::blocking(py, move || pg.broadcast(t, root, run))?)
     }
 
@@ -284,6 +289,7 @@ impl PyProcessGroup {
             .map(|p| tensor(p, numel, dtype).map(|t| t.buf))
             .collect::<CoreResult<_>>()?;
         let (pg, run) = (&self.pg, how(keep, sync));
+        flight::note_stack(py);
         started(interrupt::blocking(py, move || {
             pg.all_gather(input, outputs, run)
         })?)
@@ -307,6 +313,7 @@ impl PyProcessGroup {
         let output = tensor(out_ptr, numel, dtype)?;
         let red = Reduction::new(ReduceOp::from_code(op)?, premul)?;
         let (pg, run) = (&self.pg, how(keep, sync));
+        flight::note_stack(py);
         started(interrupt::blocking(py, move || {
             pg.reduce_scatter(input, output, red, run)
         })?)
@@ -316,11 +323,14 @@ impl PyProcessGroup {
     pub(crate) fn barrier(&self, py: Python<'_>, sync: bool) -> CoreResult<Option<PyWork>> {
         let pg = &self.pg;
         let run = if sync { Run::Sync } else { Run::detached() };
+        flight::note_stack(py);
         started(interrupt::blocking(py, move || pg.barrier(run))?)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn send(
         &self,
+        py: Python<'_>,
         ptr: usize,
         numel: usize,
         dtype: u8,
@@ -329,12 +339,15 @@ impl PyProcessGroup {
         keep: Py<PyAny>,
     ) -> CoreResult<PyWork> {
         let t = tensor(ptr, numel, dtype)?;
+        flight::note_stack(py);
         Ok(self.pg.send(t, dst, tag, keepalive(keep))?.into())
     }
 
     #[pyo3(signature = (ptr, numel, dtype, src, tag, keep))]
+    #[allow(clippy::too_many_arguments)]
     fn recv(
         &self,
+        py: Python<'_>,
         ptr: usize,
         numel: usize,
         dtype: u8,
@@ -343,6 +356,7 @@ impl PyProcessGroup {
         keep: Py<PyAny>,
     ) -> CoreResult<PyWork> {
         let t = tensor(ptr, numel, dtype)?;
+        flight::note_stack(py);
         Ok(self.pg.recv(t, src, tag, keepalive(keep))?.into())
     }
 
@@ -374,6 +388,12 @@ impl PyProcessGroup {
     /// The error that failed the group (an operation's, an abort, a dead peer), or None.
     fn error(&self) -> Option<PyErr> {
         self.pg.error().map(|e| PyDistError(e).into())
+    }
+
+    /// Names the group in its flight recorder as torch knows it: `name` (torch's
+    /// `group_name`), `desc` (`group_desc`), the members' global ranks by group rank.
+    fn set_trace_info(&self, name: &str, desc: &str, ranks: Vec<usize>) {
+        self.pg.recorder().set_info(name, desc, ranks);
     }
 }
 

@@ -7,6 +7,7 @@ mod cuda;
 mod dlpack;
 mod error;
 mod fast;
+mod flight;
 mod group;
 mod interrupt;
 mod store;
@@ -18,6 +19,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     interrupt::install();
     store::register(m)?;
     cuda::register(m)?;
+    flight::register(m)?;
     m.add_class::<group::PyProcessGroup>()?;
     m.add_function(wrap_pyfunction!(group::selection_table, m)?)?;
     m.add_class::<work::PyWork>()?;

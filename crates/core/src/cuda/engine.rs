@@ -26,6 +26,7 @@ use super::types::Mode;
 use super::work::{CudaWork, OpState};
 use crate::error::{Error, Result};
 use crate::group::ProcessGroup;
+use crate::recorder::{self, Op, Recorder};
 use crate::timeout::Timeout;
 use crate::work::{Keepalive, Work};
 
@@ -91,6 +92,8 @@ pub(super) struct Inner {
     stopping: AtomicBool,
     /// Staging buffers of failed operations, which the device may still be copying.
     graveyard: Mutex<Vec<Box<dyn Any + Send>>>,
+    /// The group's flight recorder (its staging group's is hidden: these entries say it all).
+    pub(super) recorder: Arc<Recorder>,
 }
 
 impl Inner {
@@ -103,18 +106,33 @@ impl Inner {
     }
 
     fn finish(&self, op: &OpState, work: &Work, outcome: Result<()>) {
+        if outcome.is_ok() {
+            for &t in &op.tickets {
+                self.recorder.completed(t);
+            }
+        }
         if let Some(held) = op.finish(work, outcome) {
             lock(&self.graveyard).push(held);
         }
     }
 
     /// Breaks the group: aborts the communicator and fails every pending operation with `e`
-    /// (the first error wins).
+    /// (the first error wins), and dumps the flight recorder after a first failure.
     fn fail(&self, e: Error) {
-        let e = {
+        self.break_with(e, true);
+    }
+
+    /// [`Inner::fail`]; `dump`: write the flight recorder after a first failure (not for an
+    /// abort: the front door dumps after a user's).
+    fn break_with(&self, e: Error, dump: bool) {
+        let (e, first) = {
             let mut failed = lock(&self.failed);
-            failed.get_or_insert(e).clone()
+            let first = failed.is_none();
+            (failed.get_or_insert(e).clone(), first)
         };
+        if first && dump {
+            recorder::dump_after_failure(&e.to_string());
+        }
         if let Some(comm) = &self.comm {
             comm.abort();
         }
@@ -143,6 +161,9 @@ impl Inner {
         });
         match launched {
             Ok(end) => {
+                for &t in &op.tickets {
+                    self.recorder.started(t);
+                }
                 op.set_launched(Ok(end));
                 Ok(())
             }
@@ -358,6 +379,7 @@ impl Inner {
         comm: Option<Comm>,
     ) -> Result<(Arc<Inner>, Vec<JoinHandle<()>>)> {
         let _device = DeviceGuard::set(rt, device)?;
+        cpu.recorder().hide();
         let scratch = match comm {
             Some(_) => Some(DeviceMem::new(rt, 4)?),
             None => None,
@@ -387,6 +409,7 @@ impl Inner {
             failed: Mutex::new(None),
             stopping: AtomicBool::new(false),
             graveyard: Mutex::new(Vec::new()),
+            recorder: Recorder::new(name, None, size),
         });
         let spawn = |what: &str, f: fn(Arc<Inner>)| {
             let inner = inner.clone();
@@ -407,10 +430,12 @@ impl Inner {
         Ok((inner, vec![helper, watchdog]))
     }
 
-    /// Enqueues `plan` as operation `name` after the work queued so far on `stream`.
+    /// Enqueues `plan` as operation `name`, recorded as `ops`, after the work queued so far
+    /// on `stream`.
     pub(super) fn submit(
         &self,
         name: &'static str,
+        ops: &[Op],
         source: Option<usize>,
         stream: usize,
         keep: Option<Keepalive>,
@@ -422,7 +447,11 @@ impl Inner {
         let ready = Event::record(inner.rt, stream as CudaStream)?;
         let seq = inner.seq.fetch_add(1, Ordering::Relaxed) + 1;
         let timeout = inner.timeout.get();
-        let op = OpState::new(seq, name, source, timeout);
+        let tickets = ops
+            .iter()
+            .map(|&op| inner.recorder.record(op, timeout, false))
+            .collect();
+        let op = OpState::new(seq, name, source, timeout, tickets);
         let work = Work::new(keep);
         let handle = CudaWork {
             op: op.clone(),
@@ -496,10 +525,13 @@ impl Inner {
     /// (without waiting for them) and aborts the staging group.
     pub(super) fn abort(&self) {
         let inner = self;
-        inner.fail(Error::backend(format!(
-            "the CUDA process group {:?} was aborted",
-            inner.name
-        )));
+        inner.break_with(
+            Error::backend(format!(
+                "the CUDA process group {:?} was aborted",
+                inner.name
+            )),
+            false,
+        );
         lock(&inner.queue).closed = true;
         inner.queue_cond.notify_all();
         inner.stopping.store(true, Ordering::Release);

@@ -1,7 +1,8 @@
 //! `CudaGroup`: the CUDA operations of one process group on one device (see the module docs
 //! for what runs on NCCL and what is staged through host memory). Each operation validates its
 //! arguments, routes itself (NCCL or host-staged), builds its plan from [`super::nccl_calls`]
-//! or [`super::staged`] and submits it to the engine ([`super::engine`]).
+//! or [`super::staged`] and submits it to the engine ([`super::engine`]). The point-to-point
+//! operations are in [`super::p2p`].
 
 use std::ffi::{c_char, CStr};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,12 +19,13 @@ use super::nccl_calls;
 use super::rt::DeviceGuard;
 use super::staged::{
     staged_all_gather, staged_all_reduce, staged_barrier, staged_broadcast, staged_exchange,
-    staged_p2p, staged_recv_any, staged_reduce, staged_reduce_scatter, Staged,
+    staged_reduce, staged_reduce_scatter, Staged,
 };
-use super::types::{DevTensor, Mode, P2pOp};
+use super::types::{DevTensor, Mode};
 use super::work::CudaWork;
 use crate::error::{Error, Result};
 use crate::group::{ProcessGroup, Reduction};
+use crate::recorder::Op;
 use crate::store::Store;
 use crate::types::{CollectiveKind, DType};
 use crate::work::Keepalive;
@@ -54,7 +56,7 @@ fn hostname() -> String {
 /// The CUDA side of a process group on one device. Construction is collective over the
 /// group's ranks; so are the operations, which every rank issues in the same order.
 pub struct CudaGroup {
-    inner: Arc<Inner>,
+    pub(super) inner: Arc<Inner>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     closed: AtomicBool,
 }
@@ -175,16 +177,33 @@ impl CudaGroup {
         self.inner.cpu.set_timeout(timeout);
     }
 
-    /// Enqueues `plan` as operation `name` after the work queued so far on `stream`.
-    fn submit(
+    /// Enqueues `plan` as operation `name` after the work queued so far on `stream`, recorded
+    /// as a collective reading `input` and writing `output` elements of `dtype`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn submit(
         &self,
         name: &'static str,
+        (input, output, dtype): (usize, usize, DType),
         source: Option<usize>,
         stream: usize,
         keep: Option<Keepalive>,
         plan: Plan,
     ) -> Result<CudaWork> {
-        self.inner.submit(name, source, stream, keep, plan)
+        let op = Op {
+            name,
+            input: input as u64,
+            output: output as u64,
+            dtype,
+            p2p: None,
+            cuda: true,
+        };
+        self.inner.submit(name, &[op], source, stream, keep, plan)
+    }
+
+    /// Sets the group's name, description and members' global ranks, as torch knows them, for
+    /// its flight recorder.
+    pub fn set_trace_info(&self, name: &str, desc: &str, ranks: Vec<usize>) {
+        self.inner.recorder.set_info(name, desc, ranks);
     }
 
     fn nccl_plan(&self, dtype: NcclDataType, op: OpSpec, body: NcclBody) -> Plan {
@@ -199,11 +218,11 @@ impl CudaGroup {
         }
     }
 
-    fn staged(plan: Staged) -> Plan {
+    pub(super) fn staged(plan: Staged) -> Plan {
         Plan::Staged(plan)
     }
 
-    fn check_rank(&self, what: &str, r: usize) -> Result<()> {
+    pub(super) fn check_rank(&self, what: &str, r: usize) -> Result<()> {
         if r >= self.inner.size {
             return Err(Error::invalid(format!(
                 "{what} {r} is out of range for a group of size {}",
@@ -239,7 +258,8 @@ impl CudaGroup {
             ),
             Route::Staged => Self::staged(staged_all_reduce(self.inner.cpu.clone(), t, red)),
         };
-        self.submit("all_reduce", None, stream, keep, plan)
+        let n = t.numel;
+        self.submit("all_reduce", (n, n, t.dtype), None, stream, keep, plan)
     }
 
     /// Reduces every rank's `t` into `t` on `root`; other ranks' tensors are left unchanged.
@@ -268,7 +288,14 @@ impl CudaGroup {
                 red,
             )),
         };
-        self.submit("reduce", None, stream, keep, plan)
+        self.submit(
+            "reduce",
+            (t.numel, t.numel, t.dtype),
+            None,
+            stream,
+            keep,
+            plan,
+        )
     }
 
     /// Broadcast of `t` from `root` to every rank, in place.
@@ -291,7 +318,14 @@ impl CudaGroup {
                 root,
             )),
         };
-        self.submit("broadcast", None, stream, keep, plan)
+        self.submit(
+            "broadcast",
+            (t.numel, t.numel, t.dtype),
+            None,
+            stream,
+            keep,
+            plan,
+        )
     }
 
     /// Gathers every rank's `input` into `outputs[r]` on every rank; `outputs[r]` has rank
@@ -322,13 +356,21 @@ impl CudaGroup {
                 outputs[rank].numel, input.numel
             )));
         }
+        let total: usize = outputs.iter().map(|o| o.numel).sum();
+        // Blocks of different sizes: the analyzer compares inputs across ranks, so each
+        // records the whole result as both (as the CPU engine does).
+        let (name, recorded) = if outputs.iter().all(|o| o.numel == input.numel) {
+            ("all_gather", (input.numel, total, input.dtype))
+        } else {
+            ("all_gather_v", (total, total, input.dtype))
+        };
         let plan = match self.inner.mode {
             Mode::Nccl => Self::data_plan(Box::new(move |nccl, comm, _, s| {
                 nccl_calls::all_gather(nccl, comm, s, rank, input, &outputs)
             })),
             Mode::Staged => Self::staged(staged_all_gather(self.inner.cpu.clone(), input, outputs)),
         };
-        self.submit("all_gather", None, stream, keep, plan)
+        self.submit(name, recorded, None, stream, keep, plan)
     }
 
     /// torch's all_gather_into_tensor: `output` holds size × `input` (flat or stacked).
@@ -361,7 +403,8 @@ impl CudaGroup {
                 Self::staged(staged_all_gather(self.inner.cpu.clone(), input, blocks))
             }
         };
-        self.submit("all_gather_into_tensor", None, stream, keep, plan)
+        let recorded = (input.numel, output.numel, input.dtype);
+        self.submit("all_gather", recorded, None, stream, keep, plan)
     }
 
     /// torch's reduce_scatter: reduces `inputs[r]` of every rank into `output` on rank r.
@@ -387,6 +430,7 @@ impl CudaGroup {
                 output.dtype.name()
             )));
         }
+        let recorded = (output.numel * size, output.numel, output.dtype);
         let plan = match self.route(output.dtype, &red)? {
             Route::Nccl(r) => self.nccl_plan(
                 r.dtype,
@@ -402,7 +446,7 @@ impl CudaGroup {
                 red,
             )),
         };
-        self.submit("reduce_scatter", None, stream, keep, plan)
+        self.submit("reduce_scatter", recorded, None, stream, keep, plan)
     }
 
     /// torch's reduce_scatter_tensor: `input` holds size blocks of `output.numel` elements.
@@ -445,7 +489,8 @@ impl CudaGroup {
                 ))
             }
         };
-        self.submit("reduce_scatter_tensor", None, stream, keep, plan)
+        let recorded = (input.numel, output.numel, input.dtype);
+        self.submit("reduce_scatter", recorded, None, stream, keep, plan)
     }
 
     /// One step of concurrent transfers, as the CPU group's `exchange`: `sends[i] = (peer,
@@ -466,6 +511,8 @@ impl CudaGroup {
         for &(p, _) in sends.iter().chain(recvs.iter()) {
             self.check_rank(&format!("{} peer rank", kind.name()), p)?;
         }
+        let elements = |list: &[(usize, DevTensor)]| list.iter().map(|(_, t)| t.numel).sum();
+        let recorded = (elements(&sends), elements(&recvs), dtype);
         let plan = match self.inner.mode {
             Mode::Nccl => self.nccl_transfers(kind.name(), sends, recvs)?,
             Mode::Staged => Self::staged(staged_exchange(
@@ -477,11 +524,11 @@ impl CudaGroup {
                 recvs,
             )),
         };
-        self.submit(kind.name(), None, stream, keep, plan)
+        self.submit(kind.name(), recorded, None, stream, keep, plan)
     }
 
     /// Grouped NCCL sends and receives; transfers to this rank itself are device copies.
-    fn nccl_transfers(
+    pub(super) fn nccl_transfers(
         &self,
         what: &str,
         sends: Vec<(usize, DevTensor)>,
@@ -515,123 +562,6 @@ impl CudaGroup {
         })))
     }
 
-    /// Whether a point-to-point transfer with `tag` goes through NCCL (else host memory).
-    fn p2p_on_nccl(&self, tag: i64) -> bool {
-        self.inner.mode == Mode::Nccl && tag == 0
-    }
-
-    /// Sends `t` to `dst`. NCCL for tag 0, else through host memory (the receiver routes the
-    /// same tag the same way, so they match).
-    pub fn send(
-        &self,
-        t: DevTensor,
-        dst: usize,
-        tag: i64,
-        stream: usize,
-        keep: Option<Keepalive>,
-    ) -> Result<CudaWork> {
-        self.check_rank("send destination rank", dst)?;
-        self.batch_isend_irecv(
-            vec![P2pOp {
-                send: true,
-                peer: dst,
-                tensor: t,
-                tag,
-            }],
-            stream,
-            keep,
-        )
-        .map(|(w, _)| w)
-    }
-
-    /// Receives into `t` from `src` (any rank when `None`: needs a nonzero tag when this group
-    /// has NCCL, whose receives always name their peer). The Work's source rank is the sender.
-    pub fn recv(
-        &self,
-        t: DevTensor,
-        src: Option<usize>,
-        tag: i64,
-        stream: usize,
-        keep: Option<Keepalive>,
-    ) -> Result<CudaWork> {
-        match src {
-            Some(peer) => {
-                self.check_rank("recv source rank", peer)?;
-                let op = P2pOp {
-                    send: false,
-                    peer,
-                    tensor: t,
-                    tag,
-                };
-                self.batch_isend_irecv(vec![op], stream, keep)
-                    .map(|(w, _)| w)
-            }
-            None if self.p2p_on_nccl(tag) => Err(Error::Runtime(
-                "recv from any source on CUDA tensors needs a nonzero tag (on the sender too): \
-                 tag 0 travels through NCCL, which cannot receive from any source"
-                    .into(),
-            )),
-            None => {
-                let plan = Self::staged(staged_recv_any(self.inner.cpu.clone(), t, tag));
-                self.submit("recv", None, stream, keep, plan)
-            }
-        }
-    }
-
-    /// torch's batch_isend_irecv: tag-0 transfers in one NCCL group, the others through host
-    /// memory after it. Returns the Work of the last part (it ends after the others on the
-    /// stream) and whether the batch was split in two.
-    pub fn batch_isend_irecv(
-        &self,
-        ops: Vec<P2pOp>,
-        stream: usize,
-        keep: Option<Keepalive>,
-    ) -> Result<(CudaWork, bool)> {
-        for op in &ops {
-            let what = if op.send {
-                "send destination rank"
-            } else {
-                "recv source rank"
-            };
-            self.check_rank(what, op.peer)?;
-        }
-        let (on_nccl, staged): (Vec<P2pOp>, Vec<P2pOp>) =
-            ops.into_iter().partition(|op| self.p2p_on_nccl(op.tag));
-        let single_recv = |list: &[P2pOp]| match list {
-            [op] if !op.send => Some(op.peer),
-            _ => None,
-        };
-        let name = |list: &[P2pOp]| match list {
-            [op] if op.send => "send",
-            [_] => "recv",
-            _ => "batch_isend_irecv",
-        };
-        let split = !on_nccl.is_empty() && !staged.is_empty();
-        let mut keep = keep;
-        let mut last = None;
-        if !on_nccl.is_empty() {
-            let source = single_recv(&on_nccl);
-            let what = name(&on_nccl);
-            let split_keep = if staged.is_empty() { keep.take() } else { None };
-            let (sends, recvs): (Vec<&P2pOp>, Vec<&P2pOp>) = on_nccl.iter().partition(|op| op.send);
-            let plan = self.nccl_transfers(
-                what,
-                sends.iter().map(|op| (op.peer, op.tensor)).collect(),
-                recvs.iter().map(|op| (op.peer, op.tensor)).collect(),
-            )?;
-            last = Some(self.submit(what, source, stream, split_keep, plan)?);
-        }
-        if !staged.is_empty() {
-            let source = single_recv(&staged);
-            let what = name(&staged);
-            let plan = Self::staged(staged_p2p(self.inner.cpu.clone(), staged));
-            last = Some(self.submit(what, source, stream, keep.take(), plan)?);
-        }
-        let work =
-            last.ok_or_else(|| Error::invalid("batch_isend_irecv needs at least one operation"))?;
-        Ok((work, split))
-    }
-
     /// A barrier on the device: a one-element all_reduce (NCCL), or the CPU engine's barrier
     /// once the stream has reached it (staged). torch's barrier then blocks the host
     /// ([`CudaWork::synchronize`]).
@@ -647,7 +577,7 @@ impl CudaGroup {
             }
             None => Self::staged(staged_barrier(self.inner.cpu.clone())),
         };
-        self.submit("barrier", None, stream, None, plan)
+        self.submit("barrier", (0, 0, DType::U8), None, stream, None, plan)
     }
 
     /// A subgroup (torch's `new_group` with a bound device). Collective over *every* rank of
@@ -767,5 +697,6 @@ impl Drop for CudaGroup {
     fn drop(&mut self) {
         // Neither shut down nor aborted (e.g. the process is exiting): abort, as torch does.
         self.abort();
+        crate::recorder::retire(&self.inner.recorder);
     }
 }

@@ -48,6 +48,7 @@ mod comm;
 mod engine;
 mod group;
 mod nccl_calls;
+mod p2p;
 mod rt;
 mod staged;
 mod types;

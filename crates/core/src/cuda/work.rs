@@ -8,6 +8,7 @@ use rustdist_nccl_sys::{CudaStream, Cudart};
 
 use super::rt::{self, DeviceGuard, Event};
 use crate::error::{Error, Result};
+use crate::recorder::Ticket;
 use crate::work::Work;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -29,6 +30,8 @@ pub(crate) struct OpState {
     source: Mutex<Option<usize>>,
     /// Host buffers the GPU work reads or writes (released with the op).
     hold: Mutex<Option<Box<dyn Any + Send>>>,
+    /// Its entries in the group's flight recorder (one per transfer of a batch).
+    pub(crate) tickets: Vec<Ticket>,
 }
 
 impl OpState {
@@ -37,8 +40,10 @@ impl OpState {
         name: &'static str,
         source: Option<usize>,
         timeout: Duration,
+        tickets: Vec<Ticket>,
     ) -> Arc<OpState> {
         Arc::new(OpState {
+            tickets,
             seq,
             name,
             start: Instant::now(),

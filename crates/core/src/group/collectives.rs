@@ -9,10 +9,23 @@ use super::reduction::{kernel_op, Reduction};
 use super::{ProcessGroup, Run};
 use crate::algorithms;
 use crate::error::{Error, Result};
+use crate::recorder::Op;
 use crate::tensor::{any_overlap, RawBuf, Tensor};
 use crate::transport::Signature;
 use crate::types::{CollectiveKind, DType, ReduceOp};
 use crate::work::Work;
+
+/// The recorder's entry of collective `name` reading `input` and writing `output` elements.
+fn op(name: &'static str, input: usize, output: usize, dtype: DType) -> Op {
+    Op {
+        name,
+        input: input as u64,
+        output: output as u64,
+        dtype,
+        p2p: None,
+        cuda: false,
+    }
+}
 
 impl ProcessGroup {
     /// In-place all_reduce of `t` with `red`.
@@ -51,7 +64,8 @@ impl ProcessGroup {
             count: t.numel as u64,
         };
         let in_place = root.is_none_or(|r| r == self.rank);
-        self.start(mode, sig.kind.name(), move |eng| {
+        let recorded = op(sig.kind.name(), t.numel, t.numel, t.dtype);
+        self.start(mode, sig.kind.name(), Some(recorded), move |eng| {
             let size = eng.size;
             eng.collective(sig, kernel_op(red.op), |tr, ctx, algos| {
                 // SAFETY: the caller keeps `t` alive and untouched until the Work completes.
@@ -167,7 +181,15 @@ impl ProcessGroup {
             op: ReduceOp::Sum,
             count,
         };
-        self.start(mode, kind.name(), move |eng| {
+        let elements = |list: &[RawBuf]| list.iter().map(|b| b.len()).sum::<usize>() / dtype.size();
+        let (input, output) = (elements(&sends), elements(&recvs));
+        let recorded = match kind {
+            // Blocks of different sizes: torch's analyzer compares inputs across ranks, so
+            // each rank records the whole result as both.
+            CollectiveKind::AllGather => op("all_gather_v", output, output, dtype),
+            _ => op(kind.name(), input, output, dtype),
+        };
+        self.start(mode, kind.name(), Some(recorded), move |eng| {
             eng.collective(sig, ReduceOp::Sum, |tr, ctx, algos| {
                 if kind == CollectiveKind::AllGather {
                     // SAFETY: the caller keeps every block alive and untouched until
@@ -210,7 +232,7 @@ impl ProcessGroup {
     /// torch's monitored_barrier (see `algorithms/monitored_barrier`): a late rank fails this
     /// call only; the group stays usable.
     pub fn monitored_barrier(&self, timeout: Duration, wait_all_ranks: bool) -> Result<Work> {
-        let work = self.start(Run::detached(), "monitored_barrier", move |eng| {
+        let work = self.start(Run::detached(), "monitored_barrier", None, move |eng| {
             eng.check()?;
             eng.monitored += 1;
             // Tags below every user tag, one pair per call, so late arrivals never match.
@@ -242,7 +264,8 @@ impl ProcessGroup {
             op: ReduceOp::Sum,
             count: t.numel as u64,
         };
-        self.start(mode, "broadcast", move |eng| {
+        let recorded = op("broadcast", t.numel, t.numel, t.dtype);
+        self.start(mode, "broadcast", Some(recorded), move |eng| {
             eng.collective(sig, ReduceOp::Sum, |tr, ctx, algos| {
                 // SAFETY: the caller keeps `t` alive and untouched until the Work completes.
                 let buf = unsafe { t.buf.as_mut_slice() };
@@ -286,7 +309,13 @@ impl ProcessGroup {
             count: input.numel as u64,
         };
         let rank = self.rank;
-        self.start(mode, "all_gather", move |eng| {
+        let recorded = op(
+            "all_gather",
+            input.numel,
+            input.numel * self.size,
+            input.dtype,
+        );
+        self.start(mode, "all_gather", Some(recorded), move |eng| {
             eng.collective(sig, ReduceOp::Sum, |tr, ctx, algos| {
                 // SAFETY: the caller keeps the input and every output alive and untouched
                 // until completion; no slice exists yet; output blocks are distinct from each
@@ -330,7 +359,8 @@ impl ProcessGroup {
         // the input is read: the input is read from a copy then, as when it is scaled first.
         let scaled = red.premul.is_some() && red.op == ReduceOp::PremulSum;
         let copy_input = scaled || input.buf.overlaps(&output.buf);
-        self.start(mode, "reduce_scatter", move |eng| {
+        let recorded = op("reduce_scatter", input.numel, output.numel, input.dtype);
+        self.start(mode, "reduce_scatter", Some(recorded), move |eng| {
             let size = eng.size;
             eng.collective(sig, kernel_op(red.op), |tr, ctx, algos| {
                 let mut staged;
@@ -363,7 +393,8 @@ impl ProcessGroup {
             op: ReduceOp::Sum,
             count: 0,
         };
-        self.start(mode, "barrier", move |eng| {
+        let recorded = op("barrier", 0, 0, DType::U8);
+        self.start(mode, "barrier", Some(recorded), move |eng| {
             eng.collective(sig, ReduceOp::Sum, |tr, ctx, algos| {
                 algorithms::barrier(tr, ctx, algos)
             })?;

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use crate::algorithms::AlgoOverrides;
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
+use crate::recorder;
 use crate::transport::{OpCtx, Signature, Transport};
 use crate::types::ReduceOp;
 
@@ -61,6 +62,7 @@ impl Engine {
         if self.failed.is_none() {
             self.cancel.raise(failure.clone());
             self.transport.abort(&failure.to_string());
+            recorder::dump_after_failure(&failure.to_string());
             self.failed = Some(failure);
         }
         outcome

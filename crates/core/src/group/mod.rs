@@ -34,6 +34,7 @@ use std::time::Duration;
 use crate::algorithms::{streams_per_peer, AlgoOverrides, LinkModel, Measured};
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
+use crate::recorder::{self, Op, Recorder};
 use crate::store::Store;
 use crate::timeout::Timeout;
 use crate::transport::mesh::MeshTransport;
@@ -74,6 +75,8 @@ pub struct ProcessGroup {
     streams: usize,
     shared: Arc<Shared>,
     worker: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The group's flight recorder: every operation issued on it.
+    recorder: Arc<Recorder>,
 }
 
 /// FNV-1a: a stable 32-bit id of the group name, carried in every frame header.
@@ -161,6 +164,7 @@ impl ProcessGroup {
             streams,
             shared,
             worker: Mutex::new(Some(worker)),
+            recorder: Recorder::new(name, Some(group_id(name)), size),
         })
     }
 
@@ -225,7 +229,14 @@ impl ProcessGroup {
         let algos = engine.algos;
         drop(engine);
         self.shutdown();
-        Self::assemble(shrunk?, &name, timeout, algos, self.streams, cancel)
+        let group = Self::assemble(shrunk?, &name, timeout, algos, self.streams, cancel)?;
+        let info = self.recorder.info();
+        let ranks = (0..size)
+            .filter(|r| excluded.binary_search(r).is_err())
+            .map(|r| info.ranks.get(r).copied().unwrap_or(r))
+            .collect();
+        group.recorder.set_info(&name, &info.desc, ranks);
+        Ok(group)
     }
 
     pub fn rank(&self) -> usize {
@@ -252,6 +263,12 @@ impl ProcessGroup {
     /// Every rank should set the same value, as torch asks.
     pub fn set_timeout(&self, timeout: Duration) {
         self.timeout.set(timeout);
+    }
+
+    /// The group's flight recorder (whose name, description and members the front doors set
+    /// as torch knows them).
+    pub fn recorder(&self) -> &Arc<Recorder> {
+        &self.recorder
     }
 
     /// How the group's ranks reach each other (what selection chooses algorithms for).
@@ -296,31 +313,51 @@ impl ProcessGroup {
         Ok(work)
     }
 
-    /// Runs `body` (operation `what`) as `mode` says: a synchronous call on an idle group on
-    /// the calling thread, returning `None`; else queued, with a Work (waited for here when
-    /// synchronous). `Ok(Some(rank))` of `body` becomes the Work's source rank.
+    /// Runs `body` (operation `op`, recorded unless None; `what` names it in its Work) as
+    /// `mode` says: a synchronous call on an idle group on the calling thread, returning
+    /// `None`; else queued, with a Work (waited for here when synchronous). `Ok(Some(rank))` of
+    /// `body` becomes the Work's source rank.
     fn start(
         &self,
         mode: Run,
         what: &'static str,
+        op: Option<Op>,
         body: impl FnOnce(&mut Engine) -> Result<Option<usize>> + Send + 'static,
     ) -> Result<Option<Work>> {
         self.shared.cancel.check()?;
         self.shared.queue.check_open()?;
+        let timeout = self.timeout.get();
         if matches!(mode, Run::Sync) {
             if let Some(mut engine) = self.shared.idle_engine() {
-                engine.timeout = self.timeout.get();
-                return body(&mut engine).map(|_| None);
+                engine.timeout = timeout;
+                let ticket = op.map(|op| self.recorder.record(op, timeout, true));
+                body(&mut engine)?;
+                if let Some(t) = ticket {
+                    self.recorder.completed(t);
+                }
+                return Ok(None);
             }
         }
+        let ticket = op.map(|op| self.recorder.record(op, timeout, false));
+        let recorder = self.recorder.clone();
         let body: Body = Box::new(body);
         let (keep, sync) = match mode {
             Run::Async(keep) => (keep, false),
             Run::Sync => (None, true),
         };
-        let work = self.enqueue(keep, what, move |engine, done| match body(engine) {
-            Ok(src) => done.complete(Ok(()), src),
-            Err(e) => done.complete(Err(e), None),
+        let work = self.enqueue(keep, what, move |engine, done| {
+            if let Some(t) = ticket {
+                recorder.started(t);
+            }
+            match body(engine) {
+                Ok(src) => {
+                    if let Some(t) = ticket {
+                        recorder.completed(t);
+                    }
+                    done.complete(Ok(()), src)
+                }
+                Err(e) => done.complete(Err(e), None),
+            }
         })?;
         if sync {
             work.wait(None)?;
@@ -374,6 +411,7 @@ impl ProcessGroup {
 impl Drop for ProcessGroup {
     fn drop(&mut self) {
         self.shared.queue.close();
+        recorder::retire(&self.recorder);
     }
 }
 

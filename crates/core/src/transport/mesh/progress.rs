@@ -43,7 +43,7 @@ impl MeshTransport {
             if finished(self, recvs) {
                 return Ok(());
             }
-            self.check_needed_peers(recvs)?;
+            self.check_needed_peers(recvs, &[])?;
             if let Err(e) = self.cancel.check() {
                 return Err(self.fail(e));
             }
@@ -56,14 +56,14 @@ impl MeshTransport {
                 continue;
             }
             let Some(left) = remaining(deadline) else {
-                let what = match ctx {
-                    Some(c) => format!("{} (collective #{})", c.sig.kind.name(), c.seq),
-                    None => "point-to-point operation".to_string(),
+                let e = match ctx {
+                    Some(c) => self.timeout_error(c, &[]),
+                    None => Error::backend(format!(
+                        "rank {}: point-to-point operation Timed out waiting for its peers",
+                        self.rank
+                    )),
                 };
-                return Err(self.fail(Error::backend(format!(
-                    "rank {}: {what} Timed out waiting for its peers",
-                    self.rank
-                ))));
+                return Err(self.fail(e));
             };
             // Capped so that an abort is noticed while blocked.
             let wait = nap.map_or(left, |n| n.min(left)).min(interrupt::POLL);
@@ -113,12 +113,17 @@ impl MeshTransport {
     }
 
     /// Errors when an operation still needs a peer that has left (or shrunk the group).
-    pub(super) fn check_needed_peers(&mut self, recvs: &[StepRecv<'_>]) -> Result<()> {
+    pub(super) fn check_needed_peers(
+        &mut self,
+        recvs: &[StepRecv<'_>],
+        awaited: &[usize],
+    ) -> Result<()> {
         let gone = |p: usize| self.peers[p].as_ref().is_some_and(|x| x.closed || x.paused);
         let stuck = recvs
             .iter()
             .filter(|r| !r.done)
             .map(|r| r.peer)
+            .chain(awaited.iter().copied())
             .chain(self.posted.iter().filter_map(|r| r.src))
             .chain(
                 self.peers

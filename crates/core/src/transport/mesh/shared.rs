@@ -64,7 +64,10 @@ impl MeshTransport {
                     self.read_peer(p, Some(ctx), &mut [])?;
                 }
             }
-            self.check_needed_peers(&[])?;
+            // A peer still awaited here that has left (destroyed its group, exited cleanly)
+            // will never arrive.
+            let awaited = self.ws_missing(ctx, waited);
+            self.check_needed_peers(&[], &awaited)?;
             if let Err(e) = self.cancel.check() {
                 return Err(self.fail(e));
             }
@@ -140,24 +143,22 @@ impl MeshTransport {
         self.fail(e)
     }
 
-    /// The timeout of a workspace wait, naming the ranks that did not arrive.
-    pub(super) fn timed_out(&self, ctx: &OpCtx, waited: Peers<'_>) -> Error {
-        let missing: Vec<String> = self.ws.as_ref().map_or_else(Vec::new, |ws| {
+    /// The group ranks of the waited local peers that have not arrived at `ctx`'s step.
+    fn ws_missing(&self, ctx: &OpCtx, waited: Peers<'_>) -> Vec<usize> {
+        self.ws.as_ref().map_or_else(Vec::new, |ws| {
             waited_ranks(ws, waited)
                 .filter(|&p| {
                     let behind = ws.announced(p, ctx.seq).is_some_and(|a| a.seq < ctx.seq);
                     behind || !ws.peek_arrived(p)
                 })
-                .map(|p| ws.group_ranks()[p].to_string())
+                .map(|p| ws.group_ranks()[p])
                 .collect()
-        });
-        Error::backend(format!(
-            "rank {}: {} (collective #{}) Timed out waiting for rank(s) {}",
-            self.rank,
-            ctx.sig.kind.name(),
-            ctx.seq,
-            missing.join(", ")
-        ))
+        })
+    }
+
+    /// The timeout of a workspace wait, naming the ranks that did not arrive.
+    pub(super) fn timed_out(&self, ctx: &OpCtx, waited: Peers<'_>) -> Error {
+        self.timeout_error(ctx, &self.ws_missing(ctx, waited))
     }
 }
 

@@ -306,7 +306,7 @@ impl MeshTransport {
             .filter(|w| w.local_size() > 1);
         let heartbeat = self.heartbeat.take();
         if let Some(beat) = &heartbeat {
-            beat.shrink(keep, cancel.clone());
+            beat.shrink(keep, group, cancel.clone());
         }
         let size = keep.len();
         MeshTransport {

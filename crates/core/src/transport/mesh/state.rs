@@ -13,12 +13,13 @@ use std::time::{Duration, Instant};
 use super::link::Connection;
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
+use crate::recorder;
 use crate::tensor::RawBuf;
 use crate::transport::frame::{Header, HEADER_LEN};
 use crate::transport::heartbeat::Heartbeat;
 use crate::transport::shm::{ShmHost, ShmPipe};
 use crate::transport::workspace::Workspace;
-use crate::transport::P2pDone;
+use crate::transport::{OpCtx, P2pDone};
 
 /// The mesh transport of one group.
 pub struct MeshTransport {
@@ -116,6 +117,85 @@ impl MeshTransport {
             Some(e) => Err(e.clone()),
             None => Ok(()),
         }
+    }
+
+    /// How messages name rank `p` of this group: "rank 1 (global rank 3)" in a subgroup
+    /// whose front door gave its members' global ranks, else "rank 1".
+    pub(super) fn who(&self, p: usize) -> String {
+        match recorder::global_rank_of(self.group, p) {
+            Some(g) if g != p => format!("rank {p} (global rank {g})"),
+            _ => format!("rank {p}"),
+        }
+    }
+
+    /// What rank `p` last said it was doing, as a timeout of collective `ctx` quotes it:
+    /// "rank 2 has not entered all_reduce #418 of group 'default_pg'; its last op is broadcast
+    /// #17 of group 'tp' (started), issued 41.2 s ago". None when its heartbeats have said
+    /// nothing (none yet, or heartbeats off).
+    pub(super) fn peer_report(&self, p: usize, ctx: &OpCtx) -> Option<String> {
+        let status = self.heartbeat.as_ref()?.peer_status(p)?;
+        let op = format!("{} #{}", ctx.sig.kind.name(), ctx.seq);
+        let group = recorder::label(self.group).unwrap_or_else(|| "?".into());
+        let entered = if status.entered < ctx.seq {
+            format!("has not entered {op} of group '{group}'")
+        } else {
+            format!("entered {op} of group '{group}'")
+        };
+        Some(format!(
+            "{} {entered}; its last op is {}, issued {:.1} s ago",
+            self.who(p),
+            status.activity,
+            status.age.as_secs_f64()
+        ))
+    }
+
+    /// The peers whose heartbeats say they have not entered collective `ctx`.
+    pub(super) fn not_entered(&self, ctx: &OpCtx) -> Vec<usize> {
+        let Some(beat) = &self.heartbeat else {
+            return Vec::new();
+        };
+        (0..self.size)
+            .filter(|&p| p != self.rank)
+            .filter(|&p| beat.peer_status(p).is_some_and(|s| s.entered < ctx.seq))
+            .collect()
+    }
+
+    /// The timeout of collective `ctx`: it names the ranks whose heartbeats say they have not
+    /// entered it (the cause, wherever they are), else `waited` (those this rank waits for
+    /// directly: on one host, the workspace knows), with what each of them, and each waited
+    /// rank that did enter (on another host, a leader waiting in turn), was last seen doing.
+    pub(super) fn timeout_error(&self, ctx: &OpCtx, waited: &[usize]) -> Error {
+        let behind = self.not_entered(ctx);
+        let named = if behind.is_empty() {
+            waited
+        } else {
+            &behind[..]
+        };
+        let what = format!("{} (collective #{})", ctx.sig.kind.name(), ctx.seq);
+        if named.is_empty() {
+            return Error::backend(format!(
+                "{}: {what} Timed out waiting for its peers",
+                self.who(self.rank)
+            ));
+        }
+        let list: Vec<String> = named
+            .iter()
+            .map(|&p| self.who(p).trim_start_matches("rank ").to_string())
+            .collect();
+        let reports: Vec<String> = named
+            .iter()
+            .chain(waited.iter().filter(|p| !named.contains(p)))
+            .filter_map(|&p| self.peer_report(p, ctx))
+            .collect();
+        let mut text = format!(
+            "{}: {what} Timed out waiting for rank(s) {}",
+            self.who(self.rank),
+            list.join(", ")
+        );
+        if !reports.is_empty() {
+            text = format!("{text}: {}", reports.join("; "));
+        }
+        Error::backend(text)
     }
 }
 
