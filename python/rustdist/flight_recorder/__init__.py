@@ -107,7 +107,7 @@ def _describe(e: Entry) -> str:
 
 
 def _last_op(d: Dump) -> Optional[Entry]:
-    return max(d["entries"], key=lambda e: e["time_created_ns"], default=None)
+    return max(d["entries"], key=lambda e: e["record_id"], default=None)
 
 
 class _Group:
