@@ -118,9 +118,12 @@ def case_shrink_subgroup(dist: Any, rank: int, world: int, members: list[int],
 def case_shrink_pending(dist: Any, rank: int, world: int, victim: int) -> None:
     """A receive from `victim`, which lives but takes no part, is pending: shrink_group with
     SHRINK_DEFAULT raises on rank 0 saying operations are pending (the group is untouched),
-    SHRINK_ABORT aborts the receive and shrinks, excluding a rank that is alive."""
+    SHRINK_ABORT aborts the receive and shrinks, excluding a rank that is alive. The others
+    abort only after rank 0's refusal: an abort fails the group on every rank, and a failed
+    group's pending work no longer stops a shrink."""
     inbox = torch.empty(8)
     pending = dist.irecv(inbox, src=victim, tag=11)
+    store = dist.distributed_c10d._get_default_store()
     if rank == 0:
         try:
             dist.shrink_group([victim])
@@ -128,6 +131,9 @@ def case_shrink_pending(dist: Any, rank: int, world: int, victim: int) -> None:
             assert "pending" in str(e) and "SHRINK_ABORT" in str(e), e
         else:
             raise AssertionError("shrink_group with a receive pending did not raise")
+        store.set("shrink_pending/refused", "1")
+    else:
+        store.wait(["shrink_pending/refused"])
     shrunk = dist.shrink_group([victim], shrink_flags=dist.distributed_c10d.SHRINK_ABORT)
     try:
         pending.wait()
