@@ -558,6 +558,27 @@ def case_premul_sum_api(dist: Any, rank: int, world: int) -> None:
             check(o, expected[4 * rank:4 * rank + 4], f"reduce_scatter {name}({factor})")
 
 
+def case_half_sums_round_once(dist: Any, rank: int, world: int) -> None:
+    """SUM of bf16/f16 from every rank is accumulated in f32 and rounded once, as torch's
+    own ``sum`` of a half tensor is: rank 0 holds a value whose half-precision spacing is 2,
+    the others 0.75 each, which a pairwise fold would round away at every step. all_reduce
+    (one-shot and two-shot sizes), reduce and reduce_scatter_tensor."""
+    for dtype, big in ((torch.bfloat16, 256.0), (torch.float16, 2048.0)):
+        for n in (8 * world, (1 << 20) // world * world):
+            xs = [torch.full((n,), big if r == 0 else 0.75, dtype=dtype) for r in range(world)]
+            expected = torch.stack(xs).float().sum(0).to(dtype)
+            t = xs[rank].clone()
+            dist.all_reduce(t)
+            check(t, expected, f"all_reduce {dtype} x{n}")
+            t = xs[rank].clone()
+            dist.reduce(t, dst=world - 1)
+            if rank == world - 1:
+                check(t, expected, f"reduce {dtype} x{n}")
+            o = torch.empty(n // world, dtype=dtype)
+            dist.reduce_scatter_tensor(o, xs[rank].clone())
+            check(o, expected[: n // world], f"reduce_scatter_tensor {dtype} x{n}")
+
+
 # ---------------------------------------------------------------------------------------------
 # Object collectives
 

@@ -1,10 +1,11 @@
 """reduce (every dst), gather, scatter, uneven all_gather, reduce_scatter (list form),
 all_to_all, all_to_all_single (equal and unequal splits), the coalesced collectives, complex
-tensors and PREMUL_SUM, at world sizes 1-4, against torch references and the documented
-examples (cases in api_cases.py)."""
+tensors, PREMUL_SUM and half-precision sums (f32 accumulation), at world sizes 1-4, against
+torch references and the documented examples (cases in api_cases.py)."""
 
 from __future__ import annotations
 
+import os
 from typing import Callable
 
 import pytest
@@ -98,3 +99,12 @@ def test_complex_api(worlds: Callable[[int], World], world: int, dtype: str) -> 
 @pytest.mark.parametrize("world", WORLDS)
 def test_premul_sum(worlds: Callable[[int], World], world: int) -> None:
     worlds(world).run(case("premul_sum_api"))
+
+
+@pytest.mark.skipif(os.environ.get("RUSTDIST_SHM") == "0" or bool(os.environ.get(
+    "RUSTDIST_TEST_HOSTS")), reason="half-precision sums accumulate in f32 where one rank reads "
+    "every contribution (shared memory, one host); across TCP each hop rounds, as in gloo's "
+    "and NCCL's rings")
+@pytest.mark.parametrize("world", [3, 4])
+def test_half_precision_sums_round_once(worlds: Callable[[int], World], world: int) -> None:
+    worlds(world).run(case("half_sums_round_once"))

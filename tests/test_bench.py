@@ -1,8 +1,8 @@
 """``python -m rustdist.bench``: what can be checked fast and without timing. The selection
 table's formatting (on a fake engine table), the options, the collectives' expected values
 (against a numpy model of each collective), the plot writer, the progress bar, the launcher's
-event files and rank hook, the soak's verdict, and one real --quick run (results checked,
-times not)."""
+event files and rank hook, the soak's verdict, one real --quick run (results checked, times
+not), and --train ddp / fsdp2 on a tiny model (its figures' shape checked, times not)."""
 
 from __future__ import annotations
 
@@ -323,3 +323,37 @@ def test_quick_run_writes_checked_rows(tmp_path: Path) -> None:
     assert doc["binding"] == "none"
     assert doc["summary"]["wrong"] == []
     assert "world 2 · all_reduce (float32)" in p.stdout
+
+
+TINY_MODEL = ["--d-model", "32", "--layers", "1", "--vocab", "128", "--tokens", "8",
+              "--train-steps", "3", "--world", "2"]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("kind", ["ddp", "fsdp2-mixed"])
+def test_train_run_reports_every_side_against_its_floor(tmp_path: Path, kind: str) -> None:
+    """--train on a tiny model at world 2: each side's step, floor, their ratio and the
+    breakdown are there; DDP's buckets and FSDP2's collectives (bf16 with --mixed) are the
+    ones the step issued."""
+    out = tmp_path / "t.json"
+    train = ["--train", "ddp"] if kind == "ddp" else ["--train", "fsdp2", "--mixed"]
+    p = run_reaped([sys.executable, "-m", "rustdist.bench", *train, *TINY_MODEL,
+                    "--json", str(out)], timeout=280, cwd=tmp_path)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-6000:]
+    doc = json.loads(out.read_text())
+    assert [(r["world"], r["side"]) for r in doc["results"]] == [
+        (2, "gloo"), (2, "rustdist"), (2, "rustdist-swap")]
+    for r in doc["results"]:
+        s, raw = r["summary"], r["raw"]
+        assert all(len(raw["samples"][part]) == 3 for part in ("step", "compute", "alone"))
+        assert s["floor"] == pytest.approx(s["compute"] + s["alone"])
+        assert s["step"] > 0 and s["floor"] > 0 and s["ratio"] > 0
+        assert s["ratio_q1"] <= s["ratio"] <= s["ratio_q3"]
+        assert s["cpu_main_step"] > 0 and s["cpu_main_compute"] > 0
+        if kind == "ddp":
+            assert raw["buckets"] and sum(raw["buckets"]) == 4 * raw["params"]
+        else:
+            ops = {(op, dtype) for op, _, _, dtype in raw["collectives"]}
+            assert ops == {("all_gather_into_tensor", "torch.bfloat16"),
+                           ("reduce_scatter_tensor", "torch.bfloat16")}, ops
+    assert "rustdist (import swap)" in p.stdout and "step/floor" in p.stdout

@@ -95,6 +95,72 @@ pub fn reduce_into(dtype: DType, op: ReduceOp, dst: &mut [u8], src: &[u8]) -> Re
     Ok(())
 }
 
+/// Whether [`reduce_in_f32`] is how `n` contributions of `dtype` reduce with `op`: SUM and
+/// PRODUCT of f16/bf16 from three or more contributions (two round once either way).
+pub fn accumulates_in_f32(dtype: DType, op: ReduceOp, n: usize) -> bool {
+    matches!(dtype, DType::F16 | DType::BF16)
+        && matches!(op, ReduceOp::Sum | ReduceOp::Product)
+        && n > 2
+}
+
+/// `dst = part(0) op part(1) op ... op part(n - 1)`, accumulated in f32 and rounded once (to
+/// nearest even), as torch's CPU `sum` of a half-precision tensor does: a pairwise fold would
+/// round after every contribution, and bf16 keeps 8 bits. For the (dtype, op, n) of
+/// [`accumulates_in_f32`]; every part holds `dst.len()` bytes.
+pub fn reduce_in_f32<'a>(
+    dtype: DType,
+    op: ReduceOp,
+    dst: &mut [u8],
+    n: usize,
+    part: impl Fn(usize) -> &'a [u8],
+) -> Result<()> {
+    if !accumulates_in_f32(dtype, op, n) {
+        return Err(Error::Runtime(format!(
+            "reduce_in_f32: not for {} {op:?} of {n} contributions",
+            dtype.name()
+        )));
+    }
+    if (0..n).any(|p| part(p).len() != dst.len()) || !dst.len().is_multiple_of(2) {
+        return Err(Error::invalid(format!(
+            "reduce: contributions of {} bytes differ in length, or hold half elements",
+            dst.len()
+        )));
+    }
+    let widen = |bytes: &[u8], out: &mut [f32]| {
+        for (x, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+            let bits = u16::from_le_bytes([b[0], b[1]]);
+            *x = match dtype {
+                DType::BF16 => bf16_to_f32(bits),
+                _ => f16::from_bits(bits).to_f32(),
+            };
+        }
+    };
+    let (mut acc, mut next) = ([0f32; BLOCK], [0f32; BLOCK]);
+    for (i, d) in dst.chunks_mut(2 * BLOCK).enumerate() {
+        let at = i * 2 * BLOCK..i * 2 * BLOCK + d.len();
+        let k = d.len() / 2;
+        widen(&part(0)[at.clone()], &mut acc[..k]);
+        for p in 1..n {
+            widen(&part(p)[at.clone()], &mut next[..k]);
+            for (a, b) in acc[..k].iter_mut().zip(&next[..k]) {
+                *a = if op == ReduceOp::Sum {
+                    *a + *b
+                } else {
+                    *a * *b
+                };
+            }
+        }
+        for (b, x) in d.chunks_exact_mut(2).zip(&acc[..k]) {
+            let bits = match dtype {
+                DType::BF16 => f32_to_bf16(*x),
+                _ => f16::from_f32(*x).to_bits(),
+            };
+            b.copy_from_slice(&bits.to_le_bytes());
+        }
+    }
+    Ok(())
+}
+
 /// Multiplies every element by `factor` (for AVG and PREMUL_SUM on floating/complex types).
 pub fn scale(dtype: DType, buf: &mut [u8], factor: f64) -> Result<()> {
     if !buf.len().is_multiple_of(dtype.size()) {
@@ -689,6 +755,38 @@ mod tests {
         ] {
             let mut v = vec![0u8; dtype.size()];
             assert!(matches!(scale(dtype, &mut v, 2.0), Err(Error::Runtime(_))));
+        }
+    }
+
+    #[test]
+    fn half_precision_from_three_or_more_accumulates_in_f32() {
+        // Spacing 2 at the first value: 0.75 added pairwise rounds away each time.
+        for (dtype, big) in [(DType::BF16, 256.0f32), (DType::F16, 2048.0)] {
+            let enc = |x: f32| match dtype {
+                DType::BF16 => bf16::from_f32(x).to_le_bytes(),
+                _ => f16::from_f32(x).to_le_bytes(),
+            };
+            let n = BLOCK + 3; // a whole block and a partial one
+            let parts: Vec<Vec<u8>> = [big, 0.75, 0.75, 0.75]
+                .iter()
+                .map(|&x| enc(x).repeat(n))
+                .collect();
+            assert!(!accumulates_in_f32(dtype, ReduceOp::Sum, 2));
+            assert!(!accumulates_in_f32(dtype, ReduceOp::Max, 4));
+            assert!(!accumulates_in_f32(DType::F32, ReduceOp::Sum, 4));
+            for (k, want) in [(3, big + 2.0), (4, big + 2.0)] {
+                let mut dst = vec![0u8; 2 * n];
+                reduce_in_f32(dtype, ReduceOp::Sum, &mut dst, k, |p| &parts[p]).unwrap();
+                assert_eq!(dst, enc(want).repeat(n), "{dtype:?} of {k}");
+                let mut pairwise = parts[0].clone();
+                for p in &parts[1..k] {
+                    reduce_into(dtype, ReduceOp::Sum, &mut pairwise, p).unwrap();
+                }
+                assert_eq!(pairwise, enc(big).repeat(n), "pairwise rounds away");
+            }
+            let mut dst = vec![0u8; 2 * n];
+            let e = reduce_in_f32(dtype, ReduceOp::Sum, &mut dst, 2, |p| &parts[p]);
+            assert!(e.is_err());
         }
     }
 }

@@ -12,14 +12,15 @@ import time
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 from . import __doc__ as PACKAGE_DOC
-from . import plot, recovery, report, soak
+from . import plot, recovery, report, soak, train
 from .common import LABELS, OPS, SIZES, Config, fmt_size, machine, parse_size
 from .launch import Launcher, free_port, mpi_problem, mpi_version, run_world, start_ranks
 from .progress import Progress
 from .selection import format_selection, selection_table
 
 MASTER_ADDR = "127.0.0.1"
-DEFAULT_WORLDS = {"compare": [2, 4], "cuda": [1], "soak": [4], "recovery": [2, 3, 4]}
+DEFAULT_WORLDS = {"compare": [2, 4], "cuda": [1], "soak": [4], "recovery": [2, 3, 4],
+                  "train": [2, 4]}
 SOAK_OPS = 100_000
 MAX_ITERS = 2000
 
@@ -73,7 +74,12 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--show-selection", action="store_true",
                    help="print which algorithm rustdist picks per collective, link kind, world "
                         "and size, and run nothing")
+    train.add_arguments(p)
     args = p.parse_args(argv)
+    if args.train and (args.soak or args.recovery or args.vs or args.device == "cuda"
+                       or args.link):
+        p.error("--train runs its own sides on the CPU of one host: not with --soak, "
+                "--recovery, --vs, --device cuda or --link")
     if (args.soak or args.recovery) and (args.vs or args.device == "cuda"):
         p.error("--soak and --recovery run rustdist alone on the CPU: no --vs or --device cuda")
     if args.soak and args.recovery:
@@ -88,7 +94,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
         p.error("--vs mpi compares CPU collectives; not with --device cuda")
     if args.bind is None:
         args.bind = args.vs == "mpi"
-    args.mode = ("soak" if args.soak else "recovery" if args.recovery
+    args.mode = ("train" if args.train else "soak" if args.soak
+                 else "recovery" if args.recovery
                  else "cuda" if args.device == "cuda" else "compare")
     args.world = args.world or DEFAULT_WORLDS[args.mode]
     if args.mode != "cuda" and not args.show_selection and min(args.world) < 2:
@@ -329,7 +336,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     mach = machine()
     if args.vs == "mpi":
         mach["mpi"] = mpi_version()
-    runs = {"soak": soak_run, "recovery": recovery_run}
+    runs = {"soak": soak_run, "recovery": recovery_run, "train": train.train_run}
     return runs.get(args.mode, compare)(args, mach)
 
 

@@ -5,7 +5,7 @@
 use std::ops::Range;
 
 use crate::error::{Error, Result};
-use crate::reduce::reduce_into;
+use crate::reduce::{accumulates_in_f32, reduce_in_f32, reduce_into};
 use crate::transport::workspace::{SingleCopy, INLINE_BYTES, SLOT_BYTES};
 use crate::transport::{Op, OpCtx, Peers, SharedMemory, Transport};
 
@@ -213,7 +213,8 @@ pub(crate) fn contribution(ws: &dyn SharedMemory, p: usize, len: usize) -> &[u8]
 
 /// Reduces the current step's contributions of every local rank (`out.len()` bytes each, at
 /// `at` in the slots when given, else published with [`publish_data`]) into `out`, in rank
-/// order, so that every rank computing it gets the same bits.
+/// order, so that every rank computing it gets the same bits (half precision accumulated in
+/// f32, see [`reduce_in_f32`]).
 pub(crate) fn reduce_contributions(
     ws: &dyn SharedMemory,
     ctx: &OpCtx,
@@ -225,6 +226,10 @@ pub(crate) fn reduce_contributions(
         Some(off) => &ws.slot(p)[off..off + len],
         None => contribution(ws, p, len),
     };
+    let (dtype, op, n) = (ctx.sig.dtype, ctx.reduce, ws.local_size());
+    if accumulates_in_f32(dtype, op, n) {
+        return reduce_in_f32(dtype, op, out, n, part);
+    }
     if ws.local_rank() != 0 || at.is_some() {
         out.copy_from_slice(part(0));
     }

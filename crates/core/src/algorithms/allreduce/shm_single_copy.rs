@@ -3,6 +3,7 @@
 //! in place from the same slice of every peer's buffer (read in cache-sized pieces), and once
 //! all have, reads the others' reduced slices straight into its buffer; all wait until every
 //! rank has read before returning. The slot path first copies the whole buffer into the slot.
+//! Half precision from three or more ranks is accumulated in f32 and rounded once.
 
 use std::cell::RefCell;
 
@@ -11,7 +12,7 @@ use crate::algorithms::common::{
     wait_all, BLOCK_AT_BYTES,
 };
 use crate::error::Result;
-use crate::reduce::reduce_into;
+use crate::reduce::{accumulates_in_f32, reduce_in_f32, reduce_into};
 use crate::transport::{OpCtx, Peers, Transport};
 
 /// Bytes of a peer's slice read per piece before it is reduced: well inside a core's cache.
@@ -42,11 +43,31 @@ pub fn all_reduce(t: &mut dyn Transport, ctx: &OpCtx, buf: &mut [u8]) -> Result<
         .map(|p| parse_block_at(ws.inline(p, BLOCK_AT_BYTES)).0)
         .collect();
     let mine = slice(me);
+    let (dtype, op) = (ctx.sig.dtype, ctx.reduce);
+    // Half precision from three or more ranks accumulates in f32: every rank's piece is read
+    // (this rank's copied) before the one rounding.
+    let wide = accumulates_in_f32(dtype, op, n);
+    let max = PIECE_BYTES.min(mine.len());
     PIECE.with_borrow_mut(|scratch| -> Result<()> {
-        scratch.resize(PIECE_BYTES.min(mine.len()), 0);
+        scratch.resize(if wide { n * max } else { max }, 0);
         for piece in segments(mine.len(), es, PIECE_BYTES) {
             let at = mine.start + piece.start;
             let out = &mut buf[at..at + piece.len()];
+            if wide {
+                for (p, theirs) in scratch.chunks_mut(max).enumerate() {
+                    let theirs = &mut theirs[..out.len()];
+                    if p == me {
+                        theirs.copy_from_slice(out);
+                    } else {
+                        ws.read_from(ctx, p, addrs[p] + at, theirs)?;
+                    }
+                }
+                let pieces = &*scratch;
+                reduce_in_f32(dtype, op, out, n, |p| {
+                    &pieces[p * max..p * max + piece.len()]
+                })?;
+                continue;
+            }
             for p in (0..n).filter(|&p| p != me) {
                 let theirs = &mut scratch[..piece.len()];
                 ws.read_from(ctx, p, addrs[p] + at, theirs)?;
