@@ -1,8 +1,9 @@
-//! Criterion benches of the reduction kernels: `reduce_into` throughput per dtype, op and size.
+//! Criterion benches of the reduction kernels: `reduce_into` throughput per dtype, op and size,
+//! and four contributions of half precision reduced in f32 against the pairwise fold.
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use rustdist_core::reduce::reduce_into;
+use rustdist_core::reduce::{reduce_in_f32, reduce_into};
 use rustdist_core::{DType, ReduceOp};
 
 fn kernels(c: &mut Criterion) {
@@ -27,6 +28,31 @@ fn kernels(c: &mut Criterion) {
     }
 }
 
+/// Four ranks' 1 MiB contributions of f16/bf16 summed: accumulated in f32 and rounded once
+/// (what shared memory does from three ranks on), against the pairwise fold, which rounds
+/// after every rank.
+fn four_contributions(c: &mut Criterion) {
+    let bytes = 1 << 20;
+    for dtype in [DType::BF16, DType::F16] {
+        let mut g = c.benchmark_group(format!("four_contributions/{}", dtype.name()));
+        let parts: Vec<Vec<u8>> = (0..4).map(|_| vec![0x3cu8; bytes]).collect();
+        let mut dst = vec![0u8; bytes];
+        g.throughput(Throughput::Bytes(4 * bytes as u64));
+        g.bench_function("pairwise", |b| {
+            b.iter(|| {
+                dst.copy_from_slice(&parts[0]);
+                for p in &parts[1..] {
+                    reduce_into(dtype, ReduceOp::Sum, &mut dst, p).unwrap();
+                }
+            })
+        });
+        g.bench_function("in_f32", |b| {
+            b.iter(|| reduce_in_f32(dtype, ReduceOp::Sum, &mut dst, 4, |p| &parts[p]).unwrap())
+        });
+        g.finish();
+    }
+}
+
 fn size_name(bytes: usize) -> String {
     match bytes {
         b if b >= 1 << 20 => format!("{}MiB", b >> 20),
@@ -40,6 +66,6 @@ criterion_group! {
         .sample_size(20)
         .warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_secs(1));
-    targets = kernels
+    targets = kernels, four_contributions
 }
 criterion_main!(benches);

@@ -326,7 +326,7 @@ def test_quick_run_writes_checked_rows(tmp_path: Path) -> None:
 
 
 TINY_MODEL = ["--d-model", "32", "--layers", "1", "--vocab", "128", "--tokens", "8",
-              "--train-steps", "3", "--world", "2"]
+              "--train-steps", "2", "--train-passes", "2", "--world", "2"]
 
 
 @pytest.mark.timeout(300)
@@ -345,7 +345,8 @@ def test_train_run_reports_every_side_against_its_floor(tmp_path: Path, kind: st
         (2, "gloo"), (2, "rustdist"), (2, "rustdist-swap")]
     for r in doc["results"]:
         s, raw = r["summary"], r["raw"]
-        assert all(len(raw["samples"][part]) == 3 for part in ("step", "compute", "alone"))
+        assert raw["passes"] == 2  # two worlds per side, two rounds each, pooled
+        assert all(len(raw["samples"][part]) == 4 for part in ("step", "compute", "alone"))
         assert s["floor"] == pytest.approx(s["compute"] + s["alone"])
         assert s["step"] > 0 and s["floor"] > 0 and s["ratio"] > 0
         assert s["ratio_q1"] <= s["ratio"] <= s["ratio_q3"]

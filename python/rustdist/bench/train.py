@@ -19,7 +19,8 @@ copies (torch.profiler: copy_/div_/mul_/mul in one profiled step: DDP's bucket c
 division, FSDP2's copy-in/out), waiting (the backward's time beyond compute and copies),
 optimizer; and the CPU time the rank's threads ran (the kernel's per-thread counters): the
 calling thread's in a step and in compute alone, the other threads' (the engine's, or
-gloo's) in a step and in the collectives alone. Figures are rank 0's.
+gloo's) in a step and in the collectives alone. Figures are rank 0's. Each side's world runs
+``--train-passes`` times (sides in alternating order) and its rounds are pooled.
 """
 
 from __future__ import annotations
@@ -50,7 +51,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--train", choices=["ddp", "fsdp2"],
                    help="a training step under DDP or FSDP2 on each side, against its floor")
     p.add_argument("--train-steps", type=int, default=10,
-                   help="timed steps per measurement with --train (default: 10)")
+                   help="timed rounds per world with --train (default: 10)")
+    p.add_argument("--train-passes", type=int, default=2,
+                   help="worlds per side with --train, in alternating order, their rounds "
+                        "pooled (default: 2)")
     p.add_argument("--mixed", action="store_true",
                    help="--train fsdp2: bf16 parameters and gradient reduction")
     p.add_argument("--bucket-view", action="store_true",
@@ -89,6 +93,17 @@ def _world(args: argparse.Namespace, side: str, world: int) -> dict[str, Any]:
             return json.load(f)
 
 
+def pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One side's passes as one: their rounds together, the median of their profiled copies,
+    the rest (buckets or collectives, parameters) from the first."""
+    first = runs[0]
+    return {**first,
+            "samples": {part: [s for r in runs for s in r["samples"][part]]
+                        for part in first["samples"]},
+            "copies_ms": statistics.median(r["copies_ms"] for r in runs),
+            "passes": len(runs)}
+
+
 def _median(samples: list[dict[str, float]], key: str) -> float:
     return statistics.median(s[key] for s in samples)
 
@@ -118,17 +133,20 @@ def summarize(r: dict[str, Any]) -> dict[str, float]:
             "cpu_comm_alone": _median(alone, "cpu_others")}
 
 
+#: "step - compute" is what being distributed costs a step; unlike the step itself it barely
+#: moves when the host's speed drifts between one side's world and the next.
 TABLE = ("| world | side | step ms | compute alone ms | collectives alone ms | floor ms | "
-         "step/floor (quartiles) | vs gloo | copies ms | main thread CPU ms (step / compute) "
-         "| comm threads CPU ms (step / alone) |\n"
-         "|---|---|---|---|---|---|---|---|---|---|---|")
+         "step/floor (quartiles) | step - compute ms | vs gloo (step) | copies ms | "
+         "main thread CPU ms (step / compute) | comm threads CPU ms (step / alone) |\n"
+         "|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def _row(world: int, side: str, s: dict[str, float], gloo: float) -> str:
     vs = f"{gloo / s['step']:.2f}x" if gloo else ""
     return (f"| {world} | {LABELS[side]} | {s['step']:.0f} | {s['compute']:.0f} | "
             f"{s['alone']:.0f} | {s['floor']:.0f} | {s['ratio']:.2f} "
-            f"({s['ratio_q1']:.2f}–{s['ratio_q3']:.2f}) | {vs} | {s['copies']:.0f} | "
+            f"({s['ratio_q1']:.2f}–{s['ratio_q3']:.2f}) | {s['step'] - s['compute']:.0f} | "
+            f"{vs} | {s['copies']:.0f} | "
             f"{s['cpu_main_step']:.0f} / {s['cpu_main_compute']:.0f} | "
             f"{s['cpu_comm_step']:.0f} / {s['cpu_comm_alone']:.0f} |")
 
@@ -154,7 +172,8 @@ def _plot(results: list[dict[str, Any]], json_path: str, title: str) -> str:
         ax.set_title(f"world {world}")
         ax.set_ylabel("ms per step")
         ax.tick_params(axis="x", labelsize=8)
-        ax.legend(fontsize=8)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=len(labels), fontsize=8)
     fig.suptitle(title, fontsize=10)
     path = plot.plot_path(json_path, "train")
     fig.savefig(path, dpi=100)
@@ -166,13 +185,19 @@ def train_run(args: argparse.Namespace, mach: dict[str, Any]) -> int:
     what = args.train + (" (bf16)" if args.mixed else "") + \
         (" gradient_as_bucket_view" if args.bucket_view else "")
     print(f"--train {what} | {mach['cpu']} | {mach['usable_cores']}/{mach['cores']} cores | "
-          f"{args.train_steps} steps per figure, medians", flush=True)
+          f"{args.train_steps} rounds x {args.train_passes} passes per side, medians", flush=True)
     print(TABLE, flush=True)
     results = []
     for world in args.world:
+        # Each side's world runs once per pass, the order reversed every other pass, and a
+        # side's rounds are pooled: the host's speed drifts between worlds minutes apart.
+        runs: dict[str, list[dict[str, Any]]] = {side: [] for side in args.sides}
+        for n in range(args.train_passes):
+            for side in args.sides if n % 2 == 0 else reversed(args.sides):
+                runs[side].append(_world(args, side, world))
         gloo = 0.0
         for side in args.sides:
-            raw = _world(args, side, world)
+            raw = pooled(runs[side])
             s = summarize(raw)
             gloo = s["step"] if side == "gloo" else gloo
             print(_row(world, side, s, gloo), flush=True)
@@ -182,7 +207,7 @@ def train_run(args: argparse.Namespace, mach: dict[str, Any]) -> int:
         json.dump({"machine": mach, "mode": f"train-{args.train}",
                    "config": {k: getattr(args, k) for k in
                               ("train", "mixed", "bucket_view", "d_model", "layers", "vocab",
-                               "tokens", "train_steps", "world", "sides")},
+                               "tokens", "train_steps", "train_passes", "world", "sides")},
                    "results": results}, f, indent=1)
     print(f"results written to {args.json}")
     if plot.available():

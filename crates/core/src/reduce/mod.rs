@@ -4,18 +4,22 @@
 //! that LLVM vectorises. Buffers may be misaligned (user memory, `Vec<u8>` scratch): aligned
 //! buffers are reinterpreted in place, misaligned ones go through aligned stack blocks.
 //! f16/bf16 are widened to f32, reduced, and rounded back (round to nearest even), which is
-//! exactly what per-element half arithmetic does: f16 in blocks through the `half` crate's
-//! (F16C) slice conversions, bf16 with inline bit conversions that vectorise.
+//! exactly what per-element half arithmetic does: f16 in blocks through F16C conversions, bf16
+//! with inline bit conversions that vectorise (`half_precision.rs`, which also sums many
+//! contributions in f32 at once).
+
+mod half_precision;
 
 use bytemuck::Pod;
-use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 
 use crate::error::{Error, Result};
 use crate::types::{DType, ReduceOp};
+pub use half_precision::{accumulates_in_f32, reduce_in_f32};
+use half_precision::{bf16_float, f16_float};
 
 /// Elements per stack block (misaligned fallback and half-precision widening).
-const BLOCK: usize = 1024;
+pub(super) const BLOCK: usize = 1024;
 
 type C64 = [f32; 2];
 type C128 = [f64; 2];
@@ -95,72 +99,6 @@ pub fn reduce_into(dtype: DType, op: ReduceOp, dst: &mut [u8], src: &[u8]) -> Re
     Ok(())
 }
 
-/// Whether [`reduce_in_f32`] is how `n` contributions of `dtype` reduce with `op`: SUM and
-/// PRODUCT of f16/bf16 from three or more contributions (two round once either way).
-pub fn accumulates_in_f32(dtype: DType, op: ReduceOp, n: usize) -> bool {
-    matches!(dtype, DType::F16 | DType::BF16)
-        && matches!(op, ReduceOp::Sum | ReduceOp::Product)
-        && n > 2
-}
-
-/// `dst = part(0) op part(1) op ... op part(n - 1)`, accumulated in f32 and rounded once (to
-/// nearest even), as torch's CPU `sum` of a half-precision tensor does: a pairwise fold would
-/// round after every contribution, and bf16 keeps 8 bits. For the (dtype, op, n) of
-/// [`accumulates_in_f32`]; every part holds `dst.len()` bytes.
-pub fn reduce_in_f32<'a>(
-    dtype: DType,
-    op: ReduceOp,
-    dst: &mut [u8],
-    n: usize,
-    part: impl Fn(usize) -> &'a [u8],
-) -> Result<()> {
-    if !accumulates_in_f32(dtype, op, n) {
-        return Err(Error::Runtime(format!(
-            "reduce_in_f32: not for {} {op:?} of {n} contributions",
-            dtype.name()
-        )));
-    }
-    if (0..n).any(|p| part(p).len() != dst.len()) || !dst.len().is_multiple_of(2) {
-        return Err(Error::invalid(format!(
-            "reduce: contributions of {} bytes differ in length, or hold half elements",
-            dst.len()
-        )));
-    }
-    let widen = |bytes: &[u8], out: &mut [f32]| {
-        for (x, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
-            let bits = u16::from_le_bytes([b[0], b[1]]);
-            *x = match dtype {
-                DType::BF16 => bf16_to_f32(bits),
-                _ => f16::from_bits(bits).to_f32(),
-            };
-        }
-    };
-    let (mut acc, mut next) = ([0f32; BLOCK], [0f32; BLOCK]);
-    for (i, d) in dst.chunks_mut(2 * BLOCK).enumerate() {
-        let at = i * 2 * BLOCK..i * 2 * BLOCK + d.len();
-        let k = d.len() / 2;
-        widen(&part(0)[at.clone()], &mut acc[..k]);
-        for p in 1..n {
-            widen(&part(p)[at.clone()], &mut next[..k]);
-            for (a, b) in acc[..k].iter_mut().zip(&next[..k]) {
-                *a = if op == ReduceOp::Sum {
-                    *a + *b
-                } else {
-                    *a * *b
-                };
-            }
-        }
-        for (b, x) in d.chunks_exact_mut(2).zip(&acc[..k]) {
-            let bits = match dtype {
-                DType::BF16 => f32_to_bf16(*x),
-                _ => f16::from_f32(*x).to_bits(),
-            };
-            b.copy_from_slice(&bits.to_le_bytes());
-        }
-    }
-    Ok(())
-}
-
 /// Multiplies every element by `factor` (for AVG and PREMUL_SUM on floating/complex types).
 pub fn scale(dtype: DType, buf: &mut [u8], factor: f64) -> Result<()> {
     if !buf.len().is_multiple_of(dtype.size()) {
@@ -205,7 +143,7 @@ fn float<T: Pod + PartialOrd + std::ops::Add<Output = T> + std::ops::Mul<Output 
 
 #[inline(always)]
 #[allow(clippy::eq_op)] // `a != a` is the generic NaN test.
-fn min_nan<T: PartialOrd + Copy>(a: T, b: T) -> T {
+pub(super) fn min_nan<T: PartialOrd + Copy>(a: T, b: T) -> T {
     if a < b || a != a {
         a
     } else {
@@ -215,7 +153,7 @@ fn min_nan<T: PartialOrd + Copy>(a: T, b: T) -> T {
 
 #[inline(always)]
 #[allow(clippy::eq_op)]
-fn max_nan<T: PartialOrd + Copy>(a: T, b: T) -> T {
+pub(super) fn max_nan<T: PartialOrd + Copy>(a: T, b: T) -> T {
     if a > b || a != a {
         a
     } else {
@@ -264,121 +202,9 @@ fn integer<T: Int>(op: ReduceOp, dst: &mut [u8], src: &[u8]) {
     }
 }
 
-/// f16: widen blocks to f32, apply the f32 op, round back.
-fn f16_float(op: ReduceOp, dst: &mut [u8], src: &[u8]) {
-    match op {
-        ReduceOp::Sum => zip_blocks::<f16>(dst, src, |d, s| widened(d, s, |a, b| a + b)),
-        ReduceOp::Product => zip_blocks::<f16>(dst, src, |d, s| widened(d, s, |a, b| a * b)),
-        ReduceOp::Min => zip_blocks::<f16>(dst, src, |d, s| widened(d, s, min_nan)),
-        ReduceOp::Max => zip_blocks::<f16>(dst, src, |d, s| widened(d, s, max_nan)),
-        _ => unreachable!("rejected by check_supported"),
-    }
-}
-
-#[inline(always)]
-fn widened(dst: &mut [f16], src: &[f16], f: impl Fn(f32, f32) -> f32 + Copy) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx") && std::arch::is_x86_feature_detected!("f16c") {
-        // SAFETY: the CPU has the features the function is compiled with.
-        unsafe { widened_f16c(dst, src, f) };
-        return;
-    }
-    let mut a = [0f32; BLOCK];
-    let mut b = [0f32; BLOCK];
-    for (d, s) in dst.chunks_mut(BLOCK).zip(src.chunks(BLOCK)) {
-        let (a, b) = (&mut a[..d.len()], &mut b[..d.len()]);
-        d.convert_to_f32_slice(a);
-        s.convert_to_f32_slice(b);
-        for (x, y) in a.iter_mut().zip(b.iter()) {
-            *x = f(*x, *y);
-        }
-        d.convert_from_f32_slice(a);
-    }
-}
-
-/// `widened` with F16C conversions of whole blocks and an AVX f32 loop: the `half` crate's
-/// slice conversions call a non-inlinable function per 8 elements, which halves throughput.
-///
-/// # Safety
-/// The CPU must support AVX and F16C.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx,f16c")]
-unsafe fn widened_f16c(dst: &mut [f16], src: &[f16], f: impl Fn(f32, f32) -> f32 + Copy) {
-    use std::arch::x86_64::{
-        _mm256_cvtph_ps, _mm256_cvtps_ph, _mm256_loadu_ps, _mm256_storeu_ps, _mm_loadu_si128,
-        _mm_storeu_si128, _MM_FROUND_TO_NEAREST_INT,
-    };
-    let mut a = [0f32; BLOCK];
-    let mut b = [0f32; BLOCK];
-    for (d, s) in dst.chunks_mut(BLOCK).zip(src.chunks(BLOCK)) {
-        let k = d.len();
-        let v = k / 8 * 8;
-        for i in (0..v).step_by(8) {
-            // SAFETY: i + 8 <= k, the length of d, s and of a, b (k <= BLOCK); the loads and
-            // stores are unaligned ones.
-            unsafe {
-                let x = _mm_loadu_si128(d.as_ptr().add(i).cast());
-                let y = _mm_loadu_si128(s.as_ptr().add(i).cast());
-                _mm256_storeu_ps(a.as_mut_ptr().add(i), _mm256_cvtph_ps(x));
-                _mm256_storeu_ps(b.as_mut_ptr().add(i), _mm256_cvtph_ps(y));
-            }
-        }
-        for i in v..k {
-            (a[i], b[i]) = (d[i].to_f32(), s[i].to_f32());
-        }
-        for (x, y) in a[..k].iter_mut().zip(&b[..k]) {
-            *x = f(*x, *y);
-        }
-        for i in (0..v).step_by(8) {
-            // SAFETY: as above; the conversion rounds to nearest even, like `f16::from_f32`.
-            unsafe {
-                let x = _mm256_loadu_ps(a.as_ptr().add(i));
-                let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x);
-                _mm_storeu_si128(d.as_mut_ptr().add(i).cast(), h);
-            }
-        }
-        for i in v..k {
-            d[i] = f16::from_f32(a[i]);
-        }
-    }
-}
-
-/// bf16: the f32 op between widened operands, rounded back, element by element.
-fn bf16_float(op: ReduceOp, dst: &mut [u8], src: &[u8]) {
-    #[inline(always)]
-    fn via_f32(f: impl Fn(f32, f32) -> f32 + Copy) -> impl Fn(u16, u16) -> u16 + Copy {
-        move |a, b| f32_to_bf16(f(bf16_to_f32(a), bf16_to_f32(b)))
-    }
-    match op {
-        ReduceOp::Sum => zip::<u16>(dst, src, via_f32(|a, b| a + b)),
-        ReduceOp::Product => zip::<u16>(dst, src, via_f32(|a, b| a * b)),
-        ReduceOp::Min => zip::<u16>(dst, src, via_f32(min_nan)),
-        ReduceOp::Max => zip::<u16>(dst, src, via_f32(max_nan)),
-        _ => unreachable!("rejected by check_supported"),
-    }
-}
-
-#[inline(always)]
-fn bf16_to_f32(x: u16) -> f32 {
-    f32::from_bits((x as u32) << 16)
-}
-
-/// Same result as `half::bf16::from_f32` (round to nearest even, NaN kept quiet), written
-/// without branches so that the loop around it vectorises.
-#[inline(always)]
-fn f32_to_bf16(v: f32) -> u16 {
-    let x = v.to_bits();
-    // Signed compare: SSE2 has no unsigned one, and the masked value is non-negative.
-    let nan = (x & 0x7FFF_FFFF) as i32 > 0x7F80_0000;
-    // Adding 0x7FFF plus the lowest kept bit carries into bit 16 exactly when RNE rounds up.
-    let rounded = x.wrapping_add(0x7FFF + ((x >> 16) & 1)) >> 16;
-    let quiet = (x >> 16) | 0x0040;
-    (if nan { quiet } else { rounded }) as u16
-}
-
 /// `dst[i] = f(dst[i], src[i])` over `T` elements stored in byte buffers.
 #[inline(always)]
-fn zip<T: Pod>(dst: &mut [u8], src: &[u8], f: impl Fn(T, T) -> T + Copy) {
+pub(super) fn zip<T: Pod>(dst: &mut [u8], src: &[u8], f: impl Fn(T, T) -> T + Copy) {
     zip_blocks::<T>(dst, src, |d, s| {
         for (x, y) in d.iter_mut().zip(s) {
             *x = f(*x, *y);
@@ -389,7 +215,7 @@ fn zip<T: Pod>(dst: &mut [u8], src: &[u8], f: impl Fn(T, T) -> T + Copy) {
 /// Runs `kernel` over the typed views of `dst` and `src`: in place when both are aligned for
 /// `T`, otherwise through aligned stack copies, one block at a time.
 #[inline(always)]
-fn zip_blocks<T: Pod>(dst: &mut [u8], src: &[u8], kernel: impl Fn(&mut [T], &[T])) {
+pub(super) fn zip_blocks<T: Pod>(dst: &mut [u8], src: &[u8], kernel: impl Fn(&mut [T], &[T])) {
     if let (Ok(d), Ok(s)) = (
         bytemuck::try_cast_slice_mut::<u8, T>(dst),
         bytemuck::try_cast_slice::<u8, T>(src),
@@ -454,7 +280,7 @@ mod tests {
     use super::*;
 
     /// Deterministic pseudo-random bytes (splitmix64).
-    fn bytes(n: usize, seed: u64) -> Vec<u8> {
+    pub(super) fn bytes(n: usize, seed: u64) -> Vec<u8> {
         let mut s = seed;
         (0..n)
             .map(|_| {
@@ -630,39 +456,6 @@ mod tests {
     }
 
     #[test]
-    fn bf16_rounding_matches_half_crate() {
-        let raw = bytes(4 * 200_000, 9);
-        let mut bits: Vec<u32> = raw
-            .chunks(4)
-            .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
-            .collect();
-        // Ties, near-overflow, infinities, NaNs with payloads, subnormals.
-        bits.extend([
-            0x3F80_8000,
-            0x3F81_8000,
-            0x7F7F_FFFF,
-            0x7F7F_8000,
-            0x7F80_0000,
-            0xFF80_0000,
-        ]);
-        bits.extend([
-            0x7F80_0001,
-            0xFFC0_1234,
-            0x0000_8000,
-            0x0001_8000,
-            0x8000_0000,
-        ]);
-        for b in bits {
-            let v = f32::from_bits(b);
-            assert_eq!(f32_to_bf16(v), bf16::from_f32(v).to_bits(), "{b:#x}");
-            assert_eq!(
-                bf16_to_f32(f32_to_bf16(v)).to_bits(),
-                bf16::from_f32(v).to_f32().to_bits()
-            );
-        }
-    }
-
-    #[test]
     fn float_min_max_propagate_nan() {
         let mut d: Vec<u8> = [1.0f32, f32::NAN]
             .iter()
@@ -755,38 +548,6 @@ mod tests {
         ] {
             let mut v = vec![0u8; dtype.size()];
             assert!(matches!(scale(dtype, &mut v, 2.0), Err(Error::Runtime(_))));
-        }
-    }
-
-    #[test]
-    fn half_precision_from_three_or_more_accumulates_in_f32() {
-        // Spacing 2 at the first value: 0.75 added pairwise rounds away each time.
-        for (dtype, big) in [(DType::BF16, 256.0f32), (DType::F16, 2048.0)] {
-            let enc = |x: f32| match dtype {
-                DType::BF16 => bf16::from_f32(x).to_le_bytes(),
-                _ => f16::from_f32(x).to_le_bytes(),
-            };
-            let n = BLOCK + 3; // a whole block and a partial one
-            let parts: Vec<Vec<u8>> = [big, 0.75, 0.75, 0.75]
-                .iter()
-                .map(|&x| enc(x).repeat(n))
-                .collect();
-            assert!(!accumulates_in_f32(dtype, ReduceOp::Sum, 2));
-            assert!(!accumulates_in_f32(dtype, ReduceOp::Max, 4));
-            assert!(!accumulates_in_f32(DType::F32, ReduceOp::Sum, 4));
-            for (k, want) in [(3, big + 2.0), (4, big + 2.0)] {
-                let mut dst = vec![0u8; 2 * n];
-                reduce_in_f32(dtype, ReduceOp::Sum, &mut dst, k, |p| &parts[p]).unwrap();
-                assert_eq!(dst, enc(want).repeat(n), "{dtype:?} of {k}");
-                let mut pairwise = parts[0].clone();
-                for p in &parts[1..k] {
-                    reduce_into(dtype, ReduceOp::Sum, &mut pairwise, p).unwrap();
-                }
-                assert_eq!(pairwise, enc(big).repeat(n), "pairwise rounds away");
-            }
-            let mut dst = vec![0u8; 2 * n];
-            let e = reduce_in_f32(dtype, ReduceOp::Sum, &mut dst, 2, |p| &parts[p]);
-            assert!(e.is_err());
         }
     }
 }

@@ -1,0 +1,388 @@
+//! Half precision (f16, bf16): reductions through f32, pairwise (`reduce_into`'s kernels) and
+//! over many contributions at once ([`reduce_in_f32`]), and the conversions they share.
+
+use half::f16;
+use half::slice::HalfFloatSliceExt;
+
+use super::{max_nan, min_nan, zip, zip_blocks, BLOCK};
+use crate::error::{Error, Result};
+use crate::types::{DType, ReduceOp};
+
+/// Whether [`reduce_in_f32`] is how `n` contributions of `dtype` reduce with `op`: SUM and
+/// PRODUCT of f16/bf16 from three or more contributions (two round once either way).
+pub fn accumulates_in_f32(dtype: DType, op: ReduceOp, n: usize) -> bool {
+    matches!(dtype, DType::F16 | DType::BF16)
+        && matches!(op, ReduceOp::Sum | ReduceOp::Product)
+        && n > 2
+}
+
+/// `dst = part(0) op part(1) op ... op part(n - 1)`, accumulated in f32 and rounded once (to
+/// nearest even), as torch's CPU `sum` of a half-precision tensor does: a pairwise fold would
+/// round after every contribution, and bf16 keeps 8 bits. For the (dtype, op, n) of
+/// [`accumulates_in_f32`]; every part holds `dst.len()` bytes.
+pub fn reduce_in_f32<'a>(
+    dtype: DType,
+    op: ReduceOp,
+    dst: &mut [u8],
+    n: usize,
+    part: impl Fn(usize) -> &'a [u8],
+) -> Result<()> {
+    if !accumulates_in_f32(dtype, op, n) {
+        return Err(Error::Runtime(format!(
+            "reduce_in_f32: not for {} {op:?} of {n} contributions",
+            dtype.name()
+        )));
+    }
+    if (0..n).any(|p| part(p).len() != dst.len()) || !dst.len().is_multiple_of(2) {
+        return Err(Error::invalid(format!(
+            "reduce: every contribution must hold {} bytes of whole 2-byte elements",
+            dst.len()
+        )));
+    }
+    // Compiled for AVX2 where the CPU has it, as the pairwise kernels are (`run_kernel`).
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        #[target_feature(enable = "avx2")]
+        unsafe fn avx2<'a>(
+            dtype: DType,
+            op: ReduceOp,
+            dst: &mut [u8],
+            n: usize,
+            part: &impl Fn(usize) -> &'a [u8],
+        ) {
+            accumulate(dtype, op, dst, n, part)
+        }
+        // SAFETY: the CPU has AVX2.
+        unsafe { avx2(dtype, op, dst, n, &part) };
+        return Ok(());
+    }
+    accumulate(dtype, op, dst, n, &part);
+    Ok(())
+}
+
+/// [`reduce_in_f32`]'s work, on checked arguments: block by block, the contributions widened
+/// and folded into an f32 accumulator, rounded once into `dst`.
+#[inline(always)]
+fn accumulate<'a>(
+    dtype: DType,
+    op: ReduceOp,
+    dst: &mut [u8],
+    n: usize,
+    part: &impl Fn(usize) -> &'a [u8],
+) {
+    let (mut acc, mut next) = ([0f32; BLOCK], [0f32; BLOCK]);
+    for (i, d) in dst.chunks_mut(2 * BLOCK).enumerate() {
+        let at = i * 2 * BLOCK..i * 2 * BLOCK + d.len();
+        let k = d.len() / 2;
+        let acc = &mut acc[..k];
+        widen(dtype, &part(0)[at.clone()], acc);
+        for p in 1..n {
+            let bytes = &part(p)[at.clone()];
+            match (dtype, bytemuck::try_cast_slice::<u8, u16>(bytes)) {
+                // bf16 widens with a shift: fused into the accumulation, one pass.
+                (DType::BF16, Ok(bits)) if op == ReduceOp::Sum => acc
+                    .iter_mut()
+                    .zip(bits)
+                    .for_each(|(a, &b)| *a += bf16_to_f32(b)),
+                (DType::BF16, Ok(bits)) => acc
+                    .iter_mut()
+                    .zip(bits)
+                    .for_each(|(a, &b)| *a *= bf16_to_f32(b)),
+                _ => {
+                    let next = &mut next[..k];
+                    widen(dtype, bytes, next);
+                    if op == ReduceOp::Sum {
+                        acc.iter_mut().zip(&*next).for_each(|(a, b)| *a += *b);
+                    } else {
+                        acc.iter_mut().zip(&*next).for_each(|(a, b)| *a *= *b);
+                    }
+                }
+            }
+        }
+        narrow(dtype, acc, d);
+    }
+}
+
+/// `bytes` (f16 or bf16) as f32, in vectorised loops where they are aligned.
+#[inline(always)]
+fn widen(dtype: DType, bytes: &[u8], out: &mut [f32]) {
+    match (dtype, bytemuck::try_cast_slice::<u8, u16>(bytes)) {
+        (DType::BF16, Ok(bits)) => out
+            .iter_mut()
+            .zip(bits)
+            .for_each(|(x, &b)| *x = bf16_to_f32(b)),
+        (_, Ok(bits)) => f16_to_f32s(bytemuck::cast_slice::<u16, f16>(bits), out),
+        (_, Err(_)) => out
+            .iter_mut()
+            .zip(bytes.chunks_exact(2))
+            .for_each(|(x, b)| {
+                let bits = u16::from_le_bytes([b[0], b[1]]);
+                *x = match dtype {
+                    DType::BF16 => bf16_to_f32(bits),
+                    _ => f16::from_bits(bits).to_f32(),
+                }
+            }),
+    }
+}
+
+/// `values` rounded (to nearest even) into `bytes` as f16 or bf16.
+#[inline(always)]
+fn narrow(dtype: DType, values: &[f32], bytes: &mut [u8]) {
+    match (dtype, bytemuck::try_cast_slice_mut::<u8, u16>(bytes)) {
+        (DType::BF16, Ok(bits)) => bits
+            .iter_mut()
+            .zip(values)
+            .for_each(|(b, &x)| *b = f32_to_bf16(x)),
+        (_, Ok(bits)) => f32s_to_f16(values, bytemuck::cast_slice_mut::<u16, f16>(bits)),
+        (_, Err(_)) => bytes.chunks_exact_mut(2).zip(values).for_each(|(b, &x)| {
+            let bits = match dtype {
+                DType::BF16 => f32_to_bf16(x),
+                _ => f16::from_f32(x).to_bits(),
+            };
+            b.copy_from_slice(&bits.to_le_bytes());
+        }),
+    }
+}
+
+/// f16: widen blocks to f32, apply the f32 op, round back.
+pub(super) fn f16_float(op: ReduceOp, dst: &mut [u8], src: &[u8]) {
+    match op {
+        ReduceOp::Sum => zip_blocks::<f16>(dst, src, |d, s| widened(d, s, |a, b| a + b)),
+        ReduceOp::Product => zip_blocks::<f16>(dst, src, |d, s| widened(d, s, |a, b| a * b)),
+        ReduceOp::Min => zip_blocks::<f16>(dst, src, |d, s| widened(d, s, min_nan)),
+        ReduceOp::Max => zip_blocks::<f16>(dst, src, |d, s| widened(d, s, max_nan)),
+        _ => unreachable!("rejected by check_supported"),
+    }
+}
+
+#[inline(always)]
+fn widened(dst: &mut [f16], src: &[f16], f: impl Fn(f32, f32) -> f32 + Copy) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx") && std::arch::is_x86_feature_detected!("f16c") {
+        // SAFETY: the CPU has the features the function is compiled with.
+        unsafe { widened_f16c(dst, src, f) };
+        return;
+    }
+    let mut a = [0f32; BLOCK];
+    let mut b = [0f32; BLOCK];
+    for (d, s) in dst.chunks_mut(BLOCK).zip(src.chunks(BLOCK)) {
+        let (a, b) = (&mut a[..d.len()], &mut b[..d.len()]);
+        d.convert_to_f32_slice(a);
+        s.convert_to_f32_slice(b);
+        for (x, y) in a.iter_mut().zip(b.iter()) {
+            *x = f(*x, *y);
+        }
+        d.convert_from_f32_slice(a);
+    }
+}
+
+/// `widened` with F16C conversions of whole blocks and an AVX f32 loop: the `half` crate's
+/// slice conversions call a non-inlinable function per 8 elements, which halves throughput.
+///
+/// # Safety
+/// The CPU must support AVX and F16C.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx,f16c")]
+unsafe fn widened_f16c(dst: &mut [f16], src: &[f16], f: impl Fn(f32, f32) -> f32 + Copy) {
+    let mut a = [0f32; BLOCK];
+    let mut b = [0f32; BLOCK];
+    for (d, s) in dst.chunks_mut(BLOCK).zip(src.chunks(BLOCK)) {
+        let (a, b) = (&mut a[..d.len()], &mut b[..d.len()]);
+        // SAFETY: this function's features are the callees'.
+        unsafe { (f16_to_f32_f16c(d, a), f16_to_f32_f16c(s, b)) };
+        for (x, y) in a.iter_mut().zip(b.iter()) {
+            *x = f(*x, *y);
+        }
+        // SAFETY: as above.
+        unsafe { f32_to_f16_f16c(a, d) };
+    }
+}
+
+/// `src` as f32 into `out` (as long), 8 elements per F16C conversion.
+///
+/// # Safety
+/// The CPU must support AVX and F16C.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx,f16c")]
+#[inline]
+unsafe fn f16_to_f32_f16c(src: &[f16], out: &mut [f32]) {
+    use std::arch::x86_64::{_mm256_cvtph_ps, _mm256_storeu_ps, _mm_loadu_si128};
+    let v = src.len() / 8 * 8;
+    for i in (0..v).step_by(8) {
+        // SAFETY: i + 8 <= v <= the length of src and of out; unaligned loads and stores.
+        unsafe {
+            let x = _mm_loadu_si128(src.as_ptr().add(i).cast());
+            _mm256_storeu_ps(out.as_mut_ptr().add(i), _mm256_cvtph_ps(x));
+        }
+    }
+    for i in v..src.len() {
+        out[i] = src[i].to_f32();
+    }
+}
+
+/// `values` rounded to f16 (nearest even, like `f16::from_f32`) into `out` (as long), 8 elements
+/// per F16C conversion.
+///
+/// # Safety
+/// The CPU must support AVX and F16C.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx,f16c")]
+#[inline]
+unsafe fn f32_to_f16_f16c(values: &[f32], out: &mut [f16]) {
+    use std::arch::x86_64::{
+        _mm256_cvtps_ph, _mm256_loadu_ps, _mm_storeu_si128, _MM_FROUND_TO_NEAREST_INT,
+    };
+    let v = values.len() / 8 * 8;
+    for i in (0..v).step_by(8) {
+        // SAFETY: i + 8 <= v <= the length of values and of out; unaligned loads and stores.
+        unsafe {
+            let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_loadu_ps(
+                values.as_ptr().add(i),
+            ));
+            _mm_storeu_si128(out.as_mut_ptr().add(i).cast(), h);
+        }
+    }
+    for i in v..values.len() {
+        out[i] = f16::from_f32(values[i]);
+    }
+}
+
+/// f16 to f32, with F16C where the CPU has it.
+fn f16_to_f32s(src: &[f16], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx") && std::arch::is_x86_feature_detected!("f16c") {
+        // SAFETY: the CPU has the features the function is compiled with.
+        unsafe { f16_to_f32_f16c(src, out) };
+        return;
+    }
+    src.convert_to_f32_slice(out);
+}
+
+/// f32 to f16 (nearest even), with F16C where the CPU has it.
+fn f32s_to_f16(values: &[f32], out: &mut [f16]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx") && std::arch::is_x86_feature_detected!("f16c") {
+        // SAFETY: the CPU has the features the function is compiled with.
+        unsafe { f32_to_f16_f16c(values, out) };
+        return;
+    }
+    out.convert_from_f32_slice(values);
+}
+
+/// bf16: the f32 op between widened operands, rounded back, element by element.
+pub(super) fn bf16_float(op: ReduceOp, dst: &mut [u8], src: &[u8]) {
+    #[inline(always)]
+    fn via_f32(f: impl Fn(f32, f32) -> f32 + Copy) -> impl Fn(u16, u16) -> u16 + Copy {
+        move |a, b| f32_to_bf16(f(bf16_to_f32(a), bf16_to_f32(b)))
+    }
+    match op {
+        ReduceOp::Sum => zip::<u16>(dst, src, via_f32(|a, b| a + b)),
+        ReduceOp::Product => zip::<u16>(dst, src, via_f32(|a, b| a * b)),
+        ReduceOp::Min => zip::<u16>(dst, src, via_f32(min_nan)),
+        ReduceOp::Max => zip::<u16>(dst, src, via_f32(max_nan)),
+        _ => unreachable!("rejected by check_supported"),
+    }
+}
+
+#[inline(always)]
+fn bf16_to_f32(x: u16) -> f32 {
+    f32::from_bits((x as u32) << 16)
+}
+
+/// Same result as `half::bf16::from_f32` (round to nearest even, NaN kept quiet), written
+/// without branches so that the loop around it vectorises.
+#[inline(always)]
+fn f32_to_bf16(v: f32) -> u16 {
+    let x = v.to_bits();
+    // Signed compare: SSE2 has no unsigned one, and the masked value is non-negative.
+    let nan = (x & 0x7FFF_FFFF) as i32 > 0x7F80_0000;
+    // Adding 0x7FFF plus the lowest kept bit carries into bit 16 exactly when RNE rounds up.
+    let rounded = x.wrapping_add(0x7FFF + ((x >> 16) & 1)) >> 16;
+    let quiet = (x >> 16) | 0x0040;
+    (if nan { quiet } else { rounded }) as u16
+}
+
+#[cfg(test)]
+mod tests {
+    use half::bf16;
+
+    use super::*;
+    use crate::reduce::reduce_into;
+    use crate::reduce::tests::bytes;
+
+    #[test]
+    fn bf16_rounding_matches_half_crate() {
+        let raw = bytes(4 * 200_000, 9);
+        let mut bits: Vec<u32> = raw
+            .chunks(4)
+            .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        // Ties, near-overflow, infinities, NaNs with payloads, subnormals.
+        bits.extend([
+            0x3F80_8000,
+            0x3F81_8000,
+            0x7F7F_FFFF,
+            0x7F7F_8000,
+            0x7F80_0000,
+            0xFF80_0000,
+        ]);
+        bits.extend([
+            0x7F80_0001,
+            0xFFC0_1234,
+            0x0000_8000,
+            0x0001_8000,
+            0x8000_0000,
+        ]);
+        for b in bits {
+            let v = f32::from_bits(b);
+            assert_eq!(f32_to_bf16(v), bf16::from_f32(v).to_bits(), "{b:#x}");
+            assert_eq!(
+                bf16_to_f32(f32_to_bf16(v)).to_bits(),
+                bf16::from_f32(v).to_f32().to_bits()
+            );
+        }
+    }
+
+    #[test]
+    fn half_precision_from_three_or_more_accumulates_in_f32() {
+        // Spacing 2 at the first value: 0.75 added pairwise rounds away each time.
+        for (dtype, big) in [(DType::BF16, 256.0f32), (DType::F16, 2048.0)] {
+            let enc = |x: f32| match dtype {
+                DType::BF16 => bf16::from_f32(x).to_le_bytes(),
+                _ => f16::from_f32(x).to_le_bytes(),
+            };
+            let n = BLOCK + 3; // a whole block and a partial one
+            let parts: Vec<Vec<u8>> = [big, 0.75, 0.75, 0.75]
+                .iter()
+                .map(|&x| enc(x).repeat(n))
+                .collect();
+            assert!(!accumulates_in_f32(dtype, ReduceOp::Sum, 2));
+            assert!(!accumulates_in_f32(dtype, ReduceOp::Max, 4));
+            assert!(!accumulates_in_f32(DType::F32, ReduceOp::Sum, 4));
+            for (k, want) in [(3, big + 2.0), (4, big + 2.0)] {
+                let mut dst = vec![0u8; 2 * n];
+                reduce_in_f32(dtype, ReduceOp::Sum, &mut dst, k, |p| &parts[p]).unwrap();
+                assert_eq!(dst, enc(want).repeat(n), "{dtype:?} of {k}");
+                let mut pairwise = parts[0].clone();
+                for p in &parts[1..k] {
+                    reduce_into(dtype, ReduceOp::Sum, &mut pairwise, p).unwrap();
+                }
+                assert_eq!(pairwise, enc(big).repeat(n), "pairwise rounds away");
+                // Misaligned contributions and destination take the element-wise path.
+                let shifted: Vec<Vec<u8>> =
+                    parts.iter().map(|p| [&[0u8][..], p].concat()).collect();
+                let mut dst = vec![0u8; 2 * n + 1];
+                reduce_in_f32(dtype, ReduceOp::Sum, &mut dst[1..], k, |p| &shifted[p][1..])
+                    .unwrap();
+                assert_eq!(
+                    dst[1..],
+                    enc(want).repeat(n),
+                    "{dtype:?} of {k}, misaligned"
+                );
+            }
+            let mut dst = vec![0u8; 2 * n];
+            let e = reduce_in_f32(dtype, ReduceOp::Sum, &mut dst, 2, |p| &parts[p]);
+            assert!(e.is_err());
+        }
+    }
+}
