@@ -4,7 +4,7 @@
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 
-use super::{max_nan, min_nan, zip, zip_blocks, BLOCK};
+use super::elementwise::{max_nan, min_nan, zip, zip_blocks, BLOCK};
 use crate::error::{Error, Result};
 use crate::types::{DType, ReduceOp};
 

@@ -8,6 +8,7 @@
 //! with inline bit conversions that vectorise (`half_precision.rs`, which also sums many
 //! contributions in f32 at once).
 
+mod elementwise;
 mod half_precision;
 
 use bytemuck::Pod;
@@ -15,11 +16,9 @@ use half::{bf16, f16};
 
 use crate::error::{Error, Result};
 use crate::types::{DType, ReduceOp};
+use elementwise::{max_nan, min_nan, zip, BLOCK};
 pub use half_precision::{accumulates_in_f32, reduce_in_f32};
 use half_precision::{bf16_float, f16_float};
-
-/// Elements per stack block (misaligned fallback and half-precision widening).
-pub(super) const BLOCK: usize = 1024;
 
 type C64 = [f32; 2];
 type C128 = [f64; 2];
@@ -141,26 +140,6 @@ fn float<T: Pod + PartialOrd + std::ops::Add<Output = T> + std::ops::Mul<Output 
     }
 }
 
-#[inline(always)]
-#[allow(clippy::eq_op)] // `a != a` is the generic NaN test.
-pub(super) fn min_nan<T: PartialOrd + Copy>(a: T, b: T) -> T {
-    if a < b || a != a {
-        a
-    } else {
-        b
-    }
-}
-
-#[inline(always)]
-#[allow(clippy::eq_op)]
-pub(super) fn max_nan<T: PartialOrd + Copy>(a: T, b: T) -> T {
-    if a > b || a != a {
-        a
-    } else {
-        b
-    }
-}
-
 /// The integer ops on a primitive integer type; SUM and PRODUCT wrap.
 trait Int: Pod + Ord {
     fn wadd(self, o: Self) -> Self;
@@ -200,57 +179,6 @@ fn integer<T: Int>(op: ReduceOp, dst: &mut [u8], src: &[u8]) {
         ReduceOp::Bxor => zip::<T>(dst, src, T::xor),
         ReduceOp::Avg | ReduceOp::PremulSum => unreachable!("rejected by check_supported"),
     }
-}
-
-/// `dst[i] = f(dst[i], src[i])` over `T` elements stored in byte buffers.
-#[inline(always)]
-pub(super) fn zip<T: Pod>(dst: &mut [u8], src: &[u8], f: impl Fn(T, T) -> T + Copy) {
-    zip_blocks::<T>(dst, src, |d, s| {
-        for (x, y) in d.iter_mut().zip(s) {
-            *x = f(*x, *y);
-        }
-    })
-}
-
-/// Runs `kernel` over the typed views of `dst` and `src`: in place when both are aligned for
-/// `T`, otherwise through aligned stack copies, one block at a time.
-#[inline(always)]
-pub(super) fn zip_blocks<T: Pod>(dst: &mut [u8], src: &[u8], kernel: impl Fn(&mut [T], &[T])) {
-    if let (Ok(d), Ok(s)) = (
-        bytemuck::try_cast_slice_mut::<u8, T>(dst),
-        bytemuck::try_cast_slice::<u8, T>(src),
-    ) {
-        run_kernel(d, s, &kernel);
-        return;
-    }
-    let bytes = BLOCK * std::mem::size_of::<T>();
-    let mut a = [T::zeroed(); BLOCK];
-    let mut b = [T::zeroed(); BLOCK];
-    for (dc, sc) in dst.chunks_mut(bytes).zip(src.chunks(bytes)) {
-        let k = dc.len() / std::mem::size_of::<T>();
-        let (a, b) = (&mut a[..k], &mut b[..k]);
-        bytemuck::cast_slice_mut::<T, u8>(a).copy_from_slice(dc);
-        bytemuck::cast_slice_mut::<T, u8>(b).copy_from_slice(sc);
-        run_kernel(a, b, &kernel);
-        dc.copy_from_slice(bytemuck::cast_slice::<T, u8>(a));
-    }
-}
-
-/// Runs `kernel` compiled for AVX2 when the CPU has it (twice the vector width of the x86-64
-/// baseline), otherwise as is.
-#[inline(always)]
-fn run_kernel<T>(d: &mut [T], s: &[T], kernel: &impl Fn(&mut [T], &[T])) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        #[target_feature(enable = "avx2")]
-        unsafe fn avx2<T>(d: &mut [T], s: &[T], kernel: &impl Fn(&mut [T], &[T])) {
-            kernel(d, s)
-        }
-        // SAFETY: the CPU has AVX2.
-        unsafe { avx2(d, s, kernel) };
-        return;
-    }
-    kernel(d, s)
 }
 
 /// `buf[i] = f(buf[i])` over `T` elements stored in a byte buffer.

@@ -1,0 +1,79 @@
+//! The loops every kernel runs in: element by element over byte buffers viewed as `T`, in place
+//! where aligned, through stack blocks where not, compiled for AVX2 where the CPU has it; and
+//! the NaN-propagating min and max.
+
+use bytemuck::Pod;
+
+/// Elements per stack block (misaligned fallback and half-precision widening).
+pub(super) const BLOCK: usize = 1024;
+
+#[inline(always)]
+#[allow(clippy::eq_op)] // `a != a` is the generic NaN test.
+pub(super) fn min_nan<T: PartialOrd + Copy>(a: T, b: T) -> T {
+    if a < b || a != a {
+        a
+    } else {
+        b
+    }
+}
+
+#[inline(always)]
+#[allow(clippy::eq_op)]
+pub(super) fn max_nan<T: PartialOrd + Copy>(a: T, b: T) -> T {
+    if a > b || a != a {
+        a
+    } else {
+        b
+    }
+}
+
+/// `dst[i] = f(dst[i], src[i])` over `T` elements stored in byte buffers.
+#[inline(always)]
+pub(super) fn zip<T: Pod>(dst: &mut [u8], src: &[u8], f: impl Fn(T, T) -> T + Copy) {
+    zip_blocks::<T>(dst, src, |d, s| {
+        for (x, y) in d.iter_mut().zip(s) {
+            *x = f(*x, *y);
+        }
+    })
+}
+
+/// Runs `kernel` over the typed views of `dst` and `src`: in place when both are aligned for
+/// `T`, otherwise through aligned stack copies, one block at a time.
+#[inline(always)]
+pub(super) fn zip_blocks<T: Pod>(dst: &mut [u8], src: &[u8], kernel: impl Fn(&mut [T], &[T])) {
+    if let (Ok(d), Ok(s)) = (
+        bytemuck::try_cast_slice_mut::<u8, T>(dst),
+        bytemuck::try_cast_slice::<u8, T>(src),
+    ) {
+        run_kernel(d, s, &kernel);
+        return;
+    }
+    let bytes = BLOCK * std::mem::size_of::<T>();
+    let mut a = [T::zeroed(); BLOCK];
+    let mut b = [T::zeroed(); BLOCK];
+    for (dc, sc) in dst.chunks_mut(bytes).zip(src.chunks(bytes)) {
+        let k = dc.len() / std::mem::size_of::<T>();
+        let (a, b) = (&mut a[..k], &mut b[..k]);
+        bytemuck::cast_slice_mut::<T, u8>(a).copy_from_slice(dc);
+        bytemuck::cast_slice_mut::<T, u8>(b).copy_from_slice(sc);
+        run_kernel(a, b, &kernel);
+        dc.copy_from_slice(bytemuck::cast_slice::<T, u8>(a));
+    }
+}
+
+/// Runs `kernel` compiled for AVX2 when the CPU has it (twice the vector width of the x86-64
+/// baseline), otherwise as is.
+#[inline(always)]
+fn run_kernel<T>(d: &mut [T], s: &[T], kernel: &impl Fn(&mut [T], &[T])) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        #[target_feature(enable = "avx2")]
+        unsafe fn avx2<T>(d: &mut [T], s: &[T], kernel: &impl Fn(&mut [T], &[T])) {
+            kernel(d, s)
+        }
+        // SAFETY: the CPU has AVX2.
+        unsafe { avx2(d, s, kernel) };
+        return;
+    }
+    kernel(d, s)
+}
