@@ -31,7 +31,6 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -153,10 +152,11 @@ def close_session_hosts() -> None:
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port on 127.0.0.1 for a world's store (rustdist.bench.launch.free_port: below the
+    ephemeral range). Imported here, not at the top: a gloo run's ranks never import rustdist."""
+    from rustdist.bench.launch import free_port as pick
+
+    return pick()
 
 
 # ---------------------------------------------------------------------------------------------

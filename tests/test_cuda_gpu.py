@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import socket
 import subprocess
 import sys
 import traceback
@@ -28,6 +27,7 @@ import rustdist._core as core  # noqa: E402
 import rustdist.cuda as rcuda  # noqa: E402
 from rustdist import distributed_c10d as c10d  # noqa: E402
 from rustdist._torch_backend import new_process_group  # noqa: E402
+from rustdist.bench.launch import free_port  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 
@@ -247,12 +247,6 @@ def test_watchdog_aborts_a_timed_out_op() -> None:
         torch.cuda.synchronize()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _world2_rank(rank: int, port: int, device: int, out: Any) -> None:
     try:
         torch.cuda.set_device(device)
@@ -305,7 +299,7 @@ def _world2_rank(rank: int, port: int, device: int, out: Any) -> None:
 def _run_world2(devices: tuple[int, int]) -> set[str]:
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
-    port = _free_port()
+    port = free_port()
     procs = [ctx.Process(target=_world2_rank, args=(r, port, devices[r], out)) for r in range(2)]
     for p in procs:
         p.start()
@@ -357,7 +351,7 @@ def _shrink_rank(rank: int, port: int, devices: tuple[int, ...], out: Any) -> No
 def _run_shrink(devices: tuple[int, ...]) -> set[str]:
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
-    port = _free_port()
+    port = free_port()
     procs = [ctx.Process(target=_shrink_rank, args=(r, port, devices, out))
              for r in range(len(devices))]
     for p in procs:
@@ -464,7 +458,7 @@ def _ddp_rank(rank: int, port: int, backend: str, device: str, out: Any) -> None
 def _ddp_world2(backend: str, device: str) -> list[Any]:
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
-    port = _free_port()
+    port = free_port()
     procs = [ctx.Process(target=_ddp_rank, args=(r, port, backend, device, out))
              for r in range(2)]
     for p in procs:

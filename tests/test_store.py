@@ -25,6 +25,8 @@ import torch.distributed as td
 from rustdist._core import FileStore, HashStore, PrefixStore, Store, TCPStore
 from rustdist._errors import DistNetworkError, DistStoreError
 
+from harness import free_port
+
 SECOND = datetime.timedelta(seconds=1)
 
 
@@ -192,10 +194,7 @@ def test_tcp_store_properties_and_torch_signature() -> None:
 
 @pytest.mark.timeout(60)
 def test_tcp_client_without_server_is_network_error() -> None:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
+    port = free_port()
     t = time.monotonic()
     with pytest.raises(DistNetworkError, match=str(port)):
         TCPStore("127.0.0.1", port, timeout=datetime.timedelta(milliseconds=300))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -29,15 +28,9 @@ SUITE_TIMEOUT = 240.0
 
 sys.path.insert(0, str(TESTS))
 import backend_cases  # noqa: E402
-from harness import reaped, run_reaped  # noqa: E402
+from harness import free_port, reaped, run_reaped  # noqa: E402
 
 Results = dict[int, dict[str, str]]
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _tail(path: Path, limit: int = 3000) -> str:
@@ -47,7 +40,7 @@ def _tail(path: Path, limit: int = 3000) -> str:
 def _launch(suite: str, backend: str, world: int, out: Path) -> Results:
     """Runs ``suite`` on ``world`` rank processes; returns each rank's {case: result}."""
     out.mkdir(parents=True)
-    port = _free_port()
+    port = free_port()
     procs = []
     with reaped() as tag:
         for rank in range(world):
@@ -160,7 +153,7 @@ def test_torchrun_example(tmp_path: Path) -> None:
     """``torchrun --nproc-per-node 2 examples/ddp_mlp.py`` trains and exits cleanly."""
     torchrun = Path(sys.executable).parent / "torchrun"
     cmd = [str(torchrun), "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-           "--master-port", str(_free_port()), str(ROOT / "examples" / "ddp_mlp.py")]
+           "--master-port", str(free_port()), str(ROOT / "examples" / "ddp_mlp.py")]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     p = run_reaped(cmd, cwd=tmp_path, env=env, timeout=200)
     out = p.stdout + p.stderr

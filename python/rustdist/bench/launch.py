@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -61,8 +62,35 @@ def mpi_version() -> str:
     return MPI.Get_library_version().strip("\x00 \n").splitlines()[0]
 
 
+#: The lowest port :func:`free_port` picks (above the registered ports most services use).
+LOWEST_PICKED_PORT = 20000
+
+
+def _ephemeral_ports_start() -> int:
+    """The first port the kernel hands to outgoing connections (32768 unless configured)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port the kernel reports free on `host`."""
+    """A port on `host` that was free a moment ago, for a store to listen on soon.
+
+    Picked at random below the kernel's ephemeral range: a port bind(0) reports free comes
+    from the range the kernel also gives outgoing connections, and one of those (any process's)
+    can take it before the store listens ("Address already in use", seen in CI)."""
+    start = _ephemeral_ports_start()
+    pick = random.SystemRandom()  # not the module's generator: forked callers share its state
+    for _ in range(64 if start > LOWEST_PICKED_PORT + 1000 else 0):
+        port = pick.randrange(LOWEST_PICKED_PORT, start)
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+        return port
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
