@@ -30,7 +30,15 @@ def _start(mode: str, door: str, rank: int, port: int) -> subprocess.Popen:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     return subprocess.Popen([sys.executable, str(PROG), mode, door, str(rank), str(port)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env)
+                            stderr=subprocess.STDOUT, text=True, env=env,
+                            preexec_fn=_default_sigint)
+
+
+def _default_sigint() -> None:
+    """SIGINT's default disposition in the rank: a suite started in the background by a shell
+    without job control (`./dev test &`) inherits SIGINT ignored, and Python then installs no
+    KeyboardInterrupt handler."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _read_until(out: IO[str], word: str, log: list[str]) -> str:
