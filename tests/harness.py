@@ -26,6 +26,7 @@ address. Each rank process moves onto its host right after it is forked, before 
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import importlib
 import multiprocessing
 import multiprocessing.connection
@@ -225,6 +226,9 @@ def _worker_main(conn: Any, rank: int, world: int, port: int, log_path: str, ini
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
     os.close(log_fd)
+    # A rank that dies of a signal (SIGSEGV in torch or the engine) leaves its threads'
+    # Python stacks in its log, whose tail a failure report quotes.
+    faulthandler.enable(all_threads=True)
     os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world), OMP_NUM_THREADS="1")
     ctx.rank, ctx.world, ctx.conn, ctx.pg_timeout = rank, world, conn, pg_timeout
