@@ -83,14 +83,15 @@ def free_port(host: str = "127.0.0.1") -> int:
     can take it before the store listens ("Address already in use", seen in CI)."""
     start = _ephemeral_ports_start()
     pick = random.SystemRandom()  # not the module's generator: forked callers share its state
-    for _ in range(64 if start > LOWEST_PICKED_PORT + 1000 else 0):
-        port = pick.randrange(LOWEST_PICKED_PORT, start)
-        with socket.socket() as s:
-            try:
-                s.bind((host, port))
-            except OSError:
-                continue
-        return port
+    if start > LOWEST_PICKED_PORT + 1000:  # else the range was configured to leave no room
+        for _ in range(64):
+            port = pick.randrange(LOWEST_PICKED_PORT, start)
+            with socket.socket() as s:
+                try:
+                    s.bind((host, port))
+                except OSError:
+                    continue
+            return port
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
