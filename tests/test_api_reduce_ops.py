@@ -27,3 +27,22 @@ GLOO_NO_SCALING = "gloo has no AVG or PREMUL_SUM"
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
 def test_all_reduce_op_dtype(worlds: Callable[[int], World], world: int, op: str) -> None:
     worlds(world).run("api_cases:all_reduce_matrix", op=op)
+
+
+def test_premul_sum_factor_without_a_factor_attribute() -> None:
+    """torch 2.11 (the GPU machine's) has no ``ReduceOp.factor``: PREMUL_SUM's factor is then
+    read from the op's pickled state, ``(op, factor)``, as a float or a one-element tensor."""
+    torch = pytest.importorskip("torch")
+    from rustdist._reduce_op import ReduceOp, op_args
+
+    class OpOfTorch211:
+        op = ReduceOp.PREMUL_SUM
+
+        def __init__(self, factor: object) -> None:
+            self._state = (ReduceOp.PREMUL_SUM, factor)
+
+        def __getstate__(self) -> tuple[object, object]:
+            return self._state
+
+    assert op_args(OpOfTorch211(2.5)) == (8, 2.5)
+    assert op_args(OpOfTorch211(torch.tensor([0.5]))) == (8, 0.5)

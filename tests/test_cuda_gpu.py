@@ -143,6 +143,10 @@ def test_data_movement_ops(pg: Any) -> None:
         single = torch.empty_like(x)
         rcuda.all_to_all_single(pg, single, x, [x.shape[0]], [x.shape[0]])
         torch.testing.assert_close(single.cpu(), ref)
+        for shaped in (x, x.reshape(1, -1), x[0]):  # equal splits: the engine lays out blocks
+            even = torch.zeros_like(shaped)
+            rcuda.all_to_all_single(pg, even, shaped)
+            torch.testing.assert_close(even.cpu(), shaped.cpu())
     out = torch.empty(5, device="cuda")
     rcuda.reduce_scatter(pg, out, [torch.full((5,), 3.0, device="cuda")], SUM)
     assert out.tolist() == [3.0] * 5
@@ -160,7 +164,7 @@ def test_cuda_operations_are_recorded_as_nccl_ones(tmp_path: Any) -> None:
     try:
         x = torch.ones(8, device="cuda")
         for _ in range(3):
-            rcuda.all_reduce(group, x, SUM).wait()
+            rcuda.all_reduce(group, x, SUM, async_op=True).wait()
         rcuda.broadcast(group, x, 0)
         torch.cuda.synchronize()
         path = core.flight_recorder_dump(str(tmp_path / "rank_"))
@@ -276,6 +280,10 @@ def _world2_rank(rank: int, port: int, device: int, out: Any) -> None:
         rcuda.all_to_all_single(pg, recv, send, [1, 2], [rank + 1, rank + 1])
         expect = {0: [0.0, 100.0, 101.0], 1: [1.0, 102.0, 103.0]}[rank]
         assert recv.tolist() == expect, recv
+        even = torch.empty(2, 3, device="cuda")  # equal splits: a row to each rank
+        rcuda.all_to_all_single(pg, even, torch.arange(6.0, device="cuda").view(2, 3) + 10 * rank)
+        assert even.tolist() == [[3.0 * rank, 3.0 * rank + 1, 3.0 * rank + 2],
+                                 [10.0 + 3 * rank, 11.0 + 3 * rank, 12.0 + 3 * rank]], even
         msg = torch.full((5,), float(rank), device="cuda")
         got = torch.empty(5, device="cuda")
         works = rcuda.batch_isend_irecv(pg, [(True, msg, peer, 3), (False, got, peer, 3)])

@@ -454,13 +454,14 @@ class CudaGroup:
         kind: str,
         dtype: int,
         count: int,
-        sends: Sequence[tuple[int, int, int]],
-        recvs: Sequence[tuple[int, int, int]],
+        sends: Union[int, Sequence[tuple[int, int, int]]],
+        recvs: Union[int, Sequence[tuple[int, int, int]]],
         stream: int,
         keep: object,
     ) -> CudaWork:
-        """Concurrent transfers (peer, pointer, numel) for gather, scatter, all_to_all(_single):
-        grouped NCCL send/recv (copies to self on the device). `kind` names the collective,
+        """Concurrent transfers (peer, pointer, numel), or as an int the base of one buffer with
+        a block of `count` elements per rank, for gather, scatter, all_to_all(_single): grouped
+        NCCL send/recv (copies to self on the device). `kind` names the collective,
         `count` is what every rank agrees on (0 when sizes differ)."""
     def send(
         self, ptr: int, numel: int, dtype: int, dst: int, tag: int, stream: int, keep: object

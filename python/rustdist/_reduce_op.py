@@ -99,7 +99,8 @@ def op_args(op: Any) -> tuple[int, Optional[float]]:
             "ReduceOp.PREMUL_SUM needs a factor: use rustdist.make_premul_sum(factor) "
             "(or torch.distributed._make_nccl_premul_sum(factor))"
         )
-    factor = op.factor
+    # torch before 2.12 has no ``factor`` attribute; its pickled state is (op, factor).
+    factor = op.factor if hasattr(op, "factor") else op.__getstate__()[1]
     if hasattr(factor, "item"):  # torch accepts a one-element tensor as the factor
         if factor.numel() != 1:
             raise ValueError(f"PREMUL_SUM factor must be a scalar, got a tensor of shape "

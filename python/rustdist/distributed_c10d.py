@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional, Union
 from . import _core, _debug, _ops
 from ._reduce_op import ReduceOp
 from ._rendezvous import get_node_local_rank
-from ._tensor import _Tensor, buffer
+from ._tensor import _Tensor, routed
 from ._torch_backend import ProcessGroup
 from ._work import Work
 from ._world import (
@@ -587,7 +587,7 @@ class P2POp:
                 "Invalid ``op``. Expected ``op`` to be of type ``torch.distributed.isend`` or "
                 "``torch.distributed.irecv``."
             )
-        buffer(tensor, "tensor")
+        routed(tensor, "tensor")  # a CUDA tensor is checked where its batch runs
         return object.__new__(cls)
 
     def __init__(self, op: Callable[..., Any], tensor: Any, peer: Optional[int] = None,

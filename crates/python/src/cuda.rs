@@ -17,7 +17,7 @@ use rustdist_core::{CollectiveKind, DType, ReduceOp};
 
 use crate::error::{CoreResult, PyDistError};
 use crate::flight;
-use crate::group::PyProcessGroup;
+use crate::group::{ExchangeBlocks, PyProcessGroup};
 use crate::store::store_from_py;
 use crate::work::PyWork;
 
@@ -429,8 +429,8 @@ impl PyCudaGroup {
     }
 
     /// One step of concurrent transfers (gather, scatter, all_to_all): `sends`/`recvs` are
-    /// (peer, pointer, numel); `kind` is the collective's torch name, `count` what all ranks
-    /// agree on (or 0).
+    /// (peer, pointer, numel), or one buffer's base with `count` elements per rank; `kind` is
+    /// the collective's torch name, `count` what all ranks agree on (or 0).
     #[allow(clippy::too_many_arguments)]
     fn exchange(
         &self,
@@ -438,14 +438,16 @@ impl PyCudaGroup {
         kind: &str,
         dtype: u8,
         count: u64,
-        sends: Vec<(usize, usize, usize)>,
-        recvs: Vec<(usize, usize, usize)>,
+        sends: ExchangeBlocks,
+        recvs: ExchangeBlocks,
         stream: usize,
         keep: Py<PyAny>,
     ) -> PyResult<PyCudaWork> {
         let kind = CollectiveKind::from_name(kind).map_err(PyDistError)?;
-        let blocks = |list: Vec<(usize, usize, usize)>| -> CoreResult<Vec<(usize, DevTensor)>> {
-            list.into_iter()
+        let size = self.group.size();
+        let blocks = |list: ExchangeBlocks| -> CoreResult<Vec<(usize, DevTensor)>> {
+            list.listed(count, dtype, size)?
+                .into_iter()
                 .map(|(peer, p, n)| Ok((peer, dev(p, n, dtype)?)))
                 .collect()
         };

@@ -74,6 +74,27 @@ pub(crate) enum ExchangeBlocks {
     Listed(Vec<(usize, usize, usize)>),
 }
 
+impl ExchangeBlocks {
+    /// (peer, data pointer, numel) of each block; `Uniform` holds `count` elements of `dtype`
+    /// for each of `size` ranks.
+    pub(crate) fn listed(
+        self,
+        count: u64,
+        dtype: u8,
+        size: usize,
+    ) -> CoreResult<Vec<(usize, usize, usize)>> {
+        Ok(match self {
+            ExchangeBlocks::Listed(list) => list,
+            ExchangeBlocks::Uniform(base) => {
+                let step = count as usize * DType::from_code(dtype)?.size();
+                (0..size)
+                    .map(|r| (r, base + r * step, count as usize))
+                    .collect()
+            }
+        })
+    }
+}
+
 /// Where all_gather writes: a pointer per rank, or one buffer's base address.
 #[derive(FromPyObject)]
 pub(crate) enum GatherOutputs {
@@ -216,15 +237,11 @@ impl PyProcessGroup {
             Ok((peer, tensor(ptr, numel, dtype)?.buf))
         };
         let list = |blocks: ExchangeBlocks| -> CoreResult<Vec<(usize, RawBuf)>> {
-            match blocks {
-                ExchangeBlocks::Listed(list) => list.into_iter().map(block).collect(),
-                ExchangeBlocks::Uniform(base) => {
-                    let step = count as usize * DType::from_code(dtype)?.size();
-                    (0..size)
-                        .map(|r| block((r, base + r * step, count as usize)))
-                        .collect()
-                }
-            }
+            blocks
+                .listed(count, dtype, size)?
+                .into_iter()
+                .map(block)
+                .collect()
         };
         let blocks = Blocks {
             sends: list(sends)?,
