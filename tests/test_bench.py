@@ -353,7 +353,11 @@ def test_train_run_reports_every_side_against_its_floor(tmp_path: Path, kind: st
         assert s["cpu_main_step"] > 0 and s["cpu_main_compute"] > 0
         if kind == "ddp":
             assert raw["buckets"] and sum(raw["buckets"]) == 4 * raw["params"]
+            # DDP's copies: the step's beyond its no_sync step's, in the floor they extend.
+            assert s["copies"] == pytest.approx(raw["copies_ms"] - raw["compute_copies_ms"])
+            assert 0 < s["ratio_with_copies"] <= s["ratio"] or s["copies"] <= 0
         else:
+            assert s["ratio_with_copies"] is None and "compute_copies_ms" not in raw
             ops = {(op, dtype) for op, _, _, dtype in raw["collectives"]}
             assert ops == {("all_gather_into_tensor", "torch.bfloat16"),
                            ("reduce_scatter_tensor", "torch.bfloat16")}, ops

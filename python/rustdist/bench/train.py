@@ -14,9 +14,12 @@ the step with every collective replaced by a local copy of the same sizes, ``loc
 the step's collectives alone, back to back on the same side (DDP: its gradient buckets as
 rebuilt after the first step, all-reduced; FSDP2: the all-gathers and reduce-scatters the
 step issued). The floor is compute alone plus collectives alone; step/floor is the median of
-the rounds' ratios, with its quartiles. Where the time goes: forward, backward compute,
-copies (torch.profiler: copy_/div_/mul_/mul in one profiled step: DDP's bucket copies and
-division, FSDP2's copy-in/out), waiting (the backward's time beyond compute and copies),
+the rounds' ratios, with its quartiles. For DDP also step/(floor + DDP's copies): the floor
+with the copies DDP itself makes in a step that its ``no_sync`` step does not, which no
+backend can take off it. Where the time goes: forward, backward compute,
+copies (torch.profiler: copy_/div_/mul_/mul in one profiled step; DDP: beyond those of one
+profiled ``no_sync`` step, i.e. its bucket copies and division; FSDP2: its copy-in/out),
+waiting (the backward's time beyond compute and copies),
 optimizer; and the CPU time the rank's threads ran (the kernel's per-thread counters): the
 calling thread's in a step and in compute alone, the other threads' (the engine's, or
 gloo's) in a step and in the collectives alone. Figures are rank 0's. Each side's world runs
@@ -100,7 +103,8 @@ def pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return {**first,
             "samples": {part: [s for r in runs for s in r["samples"][part]]
                         for part in first["samples"]},
-            "copies_ms": statistics.median(r["copies_ms"] for r in runs),
+            **{key: statistics.median(r[key] for r in runs)
+               for key in ("copies_ms", "compute_copies_ms") if key in first},
             "passes": len(runs)}
 
 
@@ -108,7 +112,7 @@ def _median(samples: list[dict[str, float]], key: str) -> float:
     return statistics.median(s[key] for s in samples)
 
 
-def summarize(r: dict[str, Any]) -> dict[str, float]:
+def summarize(r: dict[str, Any]) -> dict[str, Any]:
     """A side's figures: medians (ms) over the rounds, the step's ratio to its floor (the
     median of each round's step over that round's compute plus collectives, with its
     quartiles), and where the step's time and CPU go."""
@@ -117,11 +121,15 @@ def summarize(r: dict[str, Any]) -> dict[str, float]:
     ratios = [s["step"] / (c["step"] + a["step"]) for s, c, a in zip(step, compute, alone)]
     q1, _, q3 = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
     backward_compute = _median(compute, "backward")
-    copies = r["copies_ms"]
+    ddp = "compute_copies_ms" in r
+    copies = r["copies_ms"] - r["compute_copies_ms"] if ddp else r["copies_ms"]
+    with_copies = statistics.median(s["step"] / (c["step"] + a["step"] + copies)
+                                    for s, c, a in zip(step, compute, alone)) if ddp else None
     return {"step": _median(step, "step"), "compute": _median(compute, "step"),
             "alone": _median(alone, "step"),
             "floor": _median(compute, "step") + _median(alone, "step"),
             "ratio": statistics.median(ratios), "ratio_q1": q1, "ratio_q3": q3,
+            "ratio_with_copies": with_copies,
             "forward": _median(step, "forward"),
             "backward_compute": backward_compute,
             "copies": copies,
@@ -136,16 +144,20 @@ def summarize(r: dict[str, Any]) -> dict[str, float]:
 #: "step - compute" is what being distributed costs a step; unlike the step itself it barely
 #: moves when the host's speed drifts between one side's world and the next.
 TABLE = ("| world | side | step ms | compute alone ms | collectives alone ms | floor ms | "
-         "step/floor (quartiles) | step - compute ms | vs gloo (step) | copies ms | "
-         "main thread CPU ms (step / compute) | comm threads CPU ms (step / alone) |\n"
-         "|---|---|---|---|---|---|---|---|---|---|---|---|")
+         "step/floor (quartiles) | step/(floor + DDP's copies) | step - compute ms | "
+         "vs gloo (step) | copies ms | main thread CPU ms (step / compute) | "
+         "comm threads CPU ms (step / alone) |\n"
+         "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
-def _row(world: int, side: str, s: dict[str, float], gloo: float) -> str:
+def _row(world: int, side: str, s: dict[str, Any], gloo: float) -> str:
     vs = f"{gloo / s['step']:.2f}x" if gloo else ""
+    ratio = s.get("ratio_with_copies")
+    with_copies = "—" if ratio is None else f"{ratio:.2f}"
     return (f"| {world} | {LABELS[side]} | {s['step']:.0f} | {s['compute']:.0f} | "
             f"{s['alone']:.0f} | {s['floor']:.0f} | {s['ratio']:.2f} "
-            f"({s['ratio_q1']:.2f}–{s['ratio_q3']:.2f}) | {s['step'] - s['compute']:.0f} | "
+            f"({s['ratio_q1']:.2f}–{s['ratio_q3']:.2f}) | {with_copies} | "
+            f"{s['step'] - s['compute']:.0f} | "
             f"{vs} | {s['copies']:.0f} | "
             f"{s['cpu_main_step']:.0f} / {s['cpu_main_compute']:.0f} | "
             f"{s['cpu_comm_step']:.0f} / {s['cpu_comm_alone']:.0f} |")

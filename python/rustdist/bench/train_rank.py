@@ -183,7 +183,11 @@ def _ddp(dist: Any, cfg: dict[str, Any], rank: int) -> dict[str, Any]:
                        "alone": _alone(dist, calls)},
                       cfg["warmup"], cfg["steps"], dist.barrier)
     copies = _copies_ms(lambda: _step(model, opt, tokens, target))
+    # The no_sync step's own copies and scalings (the model's), so that the step's excess
+    # over them is DDP's: a gradient into its bucket and the reduced bucket back.
+    compute_copies = _copies_ms(lambda: _step(model, opt, tokens, target, model.no_sync))
     return {"samples": samples, "buckets": buckets, "copies_ms": copies,
+            "compute_copies_ms": compute_copies,
             "params": sum(p.numel() for p in model.parameters())}
 
 
