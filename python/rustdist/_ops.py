@@ -17,7 +17,7 @@ from . import _core, _debug, _sparse, cuda
 from ._alias import READ, UPDATE, WRITE, Staged, unalias
 from ._reduce_op import ReduceOp, op_args, supports_complex
 from ._tensor import (
-    _TORCH_CODES, COMPLEX_CODES, ITEMSIZE, SparseInput, buffer, concat, routed,
+    _TORCH_CODES, COMPLEX_CODES, ITEMSIZE, SparseInput, buffer, concat, dim0, routed,
 )
 from ._work import Work, seconds
 
@@ -466,8 +466,7 @@ def all_to_all(pg: Any, output_tensor_list: list[Any], input_tensor_list: list[A
 def _splits(x: Any, n: int, sizes: Optional[list[int]], name: str, size: int) -> list[int]:
     """Element offsets (``size + 1`` of them) of the blocks of ``x`` (``n`` elements) split
     along dim 0: by ``sizes``, or in ``size`` equal blocks when it is None or empty."""
-    shape = x.shape
-    rows = shape[0] if len(shape) else 1
+    rows = dim0(x)
     if not sizes:
         if rows % size:
             raise RuntimeError(f"all_to_all_single: `{name}`'s dimension 0 ({rows}) must be "

@@ -150,5 +150,12 @@ def concat(xs: list[Any]) -> Any:
     return np.concatenate([np.ravel(x) for x in xs])
 
 
+def dim0(x: Any) -> int:
+    """The length of ``x``'s dimension 0 (1 for a 0-dim tensor): what torch's split sizes
+    split."""
+    shape = x.shape
+    return shape[0] if len(shape) else 1
+
+
 __all__ = ["Buf", "COMPLEX_CODES", "ITEMSIZE", "OnCuda", "SparseInput", "buffer", "concat",
-           "routed", "unsupported"]
+           "dim0", "routed", "unsupported"]

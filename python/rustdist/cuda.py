@@ -25,7 +25,7 @@ from datetime import timedelta
 from typing import Any, Optional, Sequence, Union
 
 from . import _core
-from ._tensor import ITEMSIZE, torch_code
+from ._tensor import ITEMSIZE, dim0, torch_code
 from ._work import Work, seconds
 
 #: Sub-folders of torch's ``nvidia`` wheel package that hold libnccl and libcudart (CUDA 13
@@ -419,15 +419,9 @@ def all_to_all(group: Any, output_tensor_list: Sequence[Any], input_tensor_list:
                      async_op)
 
 
-def _rows(t: Any) -> int:
-    """The length of ``t``'s dimension 0 (1 for a 0-dim tensor)."""
-    shape = t.shape
-    return shape[0] if shape else 1
-
-
 def _splits(t: Any, sizes: Optional[Sequence[int]], world: int, name: str) -> list[tuple[int, int]]:
     """(element offset, element count) of each rank's block of ``t`` split along dim 0."""
-    rows = _rows(t)
+    rows = dim0(t)
     per_row = t.numel() // rows if rows else 0
     if not sizes:
         if rows % world:
@@ -457,7 +451,7 @@ def all_to_all_single(group: Any, output: Any, input: Any,
         raise ValueError("all_to_all_single: output and input must have the same dtype")
     world, size = group._size, ITEMSIZE[code]
     if (not output_split_sizes and not input_split_sizes and n_in == n_out
-            and _rows(input) % world == 0 and _rows(output) % world == 0):
+            and dim0(input) % world == 0 and dim0(output) % world == 0):
         # Equal blocks, laid out by the engine: no per-rank lists here.
         work = _cuda_group(group, dev).exchange("all_to_all", code, n_in // world, inp, out,
                                                 _current_stream(dev), (output, input))
