@@ -69,3 +69,24 @@ pub fn timed_out(e: &io::Error) -> bool {
         io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
     )
 }
+
+/// The listen backlog for a socket many peers may dial at once: the kernel's cap
+/// (`net.core.somaxconn`), so that connections beyond those being served wait in the kernel
+/// instead of being refused (std's listeners take 128).
+pub fn listen_backlog() -> i32 {
+    std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+        .ok()
+        .and_then(|s| s.trim().parse::<i32>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(4096)
+}
+
+/// A TCP listener on `addr` with [`listen_backlog`]'s backlog.
+pub fn listen_on(addr: std::net::SocketAddr) -> io::Result<std::net::TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    sock.set_reuse_address(true)?;
+    sock.bind(&addr.into())?;
+    sock.listen(listen_backlog())?;
+    Ok(sock.into())
+}

@@ -569,13 +569,11 @@ pub fn share_memory(
     let mut names = Vec::with_capacity(size);
     let mut cpus = Vec::with_capacity(size);
     let mut probes = Vec::with_capacity(size);
-    for p in 0..size {
-        let text = if p == rank {
-            published.clone()
-        } else {
-            let raw = store.get(&format!("{prefix}/shm/{p}"), remaining(deadline))?;
-            String::from_utf8_lossy(&raw).into_owned()
-        };
+    // Every entry in one request: the store serves O(world) requests for the group, not O(world²).
+    let wanted: Vec<String> = (0..size).map(|p| format!("{prefix}/shm/{p}")).collect();
+    let entries = store.multi_get(&wanted, remaining(deadline))?;
+    for entry in &entries {
+        let text = String::from_utf8_lossy(entry);
         let (host, rest) = text.split_once('\n').unwrap_or(("", ""));
         let (seg, rest) = rest.split_once('\n').unwrap_or((rest, ""));
         let (allowed, probe) = rest.split_once('\n').unwrap_or((rest, ""));
@@ -613,11 +611,8 @@ pub fn share_memory(
     if local.is_empty() {
         return Ok((None, host_of));
     }
-    store.wait(&local, remaining(deadline))?;
-    let mut single_copy = readable;
-    for key in &local {
-        single_copy &= store.get(key, remaining(deadline))? == b"1";
-    }
+    let verdicts = store.multi_get(&local, remaining(deadline))?;
+    let single_copy = readable && verdicts.iter().all(|v| v == b"1");
     let cores = shared_cores(
         (0..size)
             .filter(|&p| host_of[p] == host_of[rank])

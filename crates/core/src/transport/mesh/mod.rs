@@ -28,7 +28,9 @@ use crate::tensor::RawBuf;
 use crate::transport::frame::{abort_class, FrameKind, Header};
 use crate::transport::heartbeat::{Heartbeat, HeartbeatConfig, Identity};
 use crate::transport::shm::share_memory;
-use crate::transport::tcp::{agree_latency, agree_links, connect_mesh, connect_streams};
+use crate::transport::tcp::{
+    agree_latency, agree_links, connect_mesh, connect_streams, peer_entries,
+};
 use crate::transport::{Op, OpCtx, P2pDone, SharedMemory, Transport};
 use crate::types::CollectiveKind;
 
@@ -97,6 +99,17 @@ impl MeshTransport {
             .iter()
             .map(|s| s.as_ref().and_then(|s| s.peer_addr().ok()).map(|a| a.ip()))
             .collect();
+        if heartbeat_config.is_some() && size > 1 {
+            // The higher ranks have all published (each dialled this one): one request
+            // completes the addresses their heartbeats come from.
+            let higher: Vec<usize> = (rank + 1..size).collect();
+            for (&p, (addr, _)) in higher
+                .iter()
+                .zip(peer_entries(&*store, prefix, &higher, deadline)?)
+            {
+                mesh.addrs[p] = Some(addr);
+            }
+        }
         let heartbeat = match (heartbeat_config, mesh.udp.take()) {
             (Some(config), Some(udp)) => Some(Heartbeat::start(
                 udp,
@@ -107,7 +120,7 @@ impl MeshTransport {
                     size,
                 },
                 &peer_ips,
-                &mesh.lower,
+                &mesh.addrs,
                 config,
                 AuthKey::from_env(),
                 cancel.clone(),

@@ -21,6 +21,10 @@ use crate::transport::shm::{ShmHost, ShmPipe};
 use crate::transport::workspace::Workspace;
 use crate::transport::{OpCtx, P2pDone};
 
+/// How long a timeout waits for the peers' answers to what they are doing (they come within
+/// a round trip; a peer that does not answer is described by its last beat, if any).
+const STATUS_ASK_WAIT: Duration = Duration::from_millis(500);
+
 /// The mesh transport of one group.
 pub struct MeshTransport {
     pub(super) rank: usize,
@@ -165,6 +169,11 @@ impl MeshTransport {
     /// directly: on one host, the workspace knows), with what each of them, and each waited
     /// rank that did enter (on another host, a leader waiting in turn), was last seen doing.
     pub(super) fn timeout_error(&self, ctx: &OpCtx, waited: &[usize]) -> Error {
+        if let Some(beat) = &self.heartbeat {
+            // Only the ring neighbours beat here: what the others are doing is asked now.
+            let others: Vec<usize> = (0..self.size).filter(|&p| p != self.rank).collect();
+            beat.ask(&others, STATUS_ASK_WAIT);
+        }
         let behind = self.not_entered(ctx);
         let named = if behind.is_empty() {
             waited

@@ -17,8 +17,9 @@ use crate::error::{Error, Result};
 use crate::interrupt;
 use crate::transport::remaining;
 
-/// Incoming connections in mid-handshake at once; beyond that the oldest is dropped, so a
-/// flood can neither grow memory nor lock the real peers out for long.
+/// Incoming connections in mid-handshake at once; the rest wait in the listen backlog (sized
+/// from `somaxconn`) until a handshake finishes, so a flood cannot grow memory and no peer is
+/// dropped for being one of many.
 const MAX_PENDING: usize = 64;
 /// How long an incoming connection may take to finish its handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -263,14 +264,11 @@ pub(super) fn accept_peers(
         log::warn!("rank {rank}: dropped a connection from {}: {why}", inc.from);
     };
     while missing > 0 {
-        loop {
+        while pending.len() < MAX_PENDING {
             match listener.accept() {
                 Ok((sock, from)) => {
                     if sock.set_nonblocking(true).is_err() {
                         continue;
-                    }
-                    if pending.len() == MAX_PENDING {
-                        drop_conn(pending.remove(0), "too many handshakes at once");
                     }
                     pending.push(Incoming {
                         sock,
@@ -319,7 +317,10 @@ pub(super) fn accept_peers(
                 absent.join(", ")
             ))
         })?;
-        let mut fds: Vec<libc::pollfd> = std::iter::once(listener.as_raw_fd())
+        // A full house leaves the listener out: what waits there waits for a free place.
+        let listening = (pending.len() < MAX_PENDING).then(|| listener.as_raw_fd());
+        let mut fds: Vec<libc::pollfd> = listening
+            .into_iter()
             .chain(pending.iter().map(|p| p.sock.as_raw_fd()))
             .map(|fd| pollfd(fd, libc::POLLIN))
             .collect();

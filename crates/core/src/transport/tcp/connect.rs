@@ -14,24 +14,57 @@ use super::socket::{between_hosts, configure};
 use crate::auth::{self, AuthKey, NONCE_LEN};
 use crate::error::{Error, Result};
 use crate::interrupt;
-use crate::netio::{timed_out, DeadlineIo};
+use crate::netio::{listen_on, timed_out, DeadlineIo};
 use crate::store::Store;
 use crate::transport::remaining;
 
 // ---------------------------------------------------------------------------------------------
 // The connecting side
 
+/// Connection errors a dialler retries: the peer not listening yet, its backlog full, or this
+/// machine out of ephemeral ports for the moment, all of which pass at large worlds.
+fn transient(e: &io::Error) -> bool {
+    use io::ErrorKind::*;
+    matches!(
+        e.kind(),
+        ConnectionRefused
+            | ConnectionReset
+            | ConnectionAborted
+            | TimedOut
+            | WouldBlock
+            | AddrNotAvailable
+            | Interrupted
+    )
+}
+
+/// A pause of `base` stretched by a random factor in [0.5, 1.5), so that ranks refused at
+/// the same instant do not all come back at the same instant.
+fn jittered(base: Duration) -> Duration {
+    let mut b = [0u8; 2];
+    let r = getrandom::getrandom(&mut b).map_or(0x8000, |_| u16::from_le_bytes(b));
+    base.mul_f64(0.5 + f64::from(r) / 65536.0)
+}
+
+/// Dials `addr` until it answers or `deadline` passes, backing off (with jitter, up to
+/// `MAX_BACKOFF`) while the refusal is one that passes. The error names the peer and the
+/// last cause.
 fn connect_with_retry(addr: SocketAddr, deadline: Instant, peer: usize) -> Result<TcpStream> {
+    const MAX_BACKOFF: Duration = Duration::from_millis(500);
     let mut backoff = Duration::from_millis(1);
+    let mut last: Option<io::Error> = None;
     loop {
-        let left = remaining(deadline).ok_or_else(|| {
-            Error::network(format!("timed out connecting to rank {peer} at {addr}"))
-        })?;
+        let Some(left) = remaining(deadline) else {
+            let why = last.map_or_else(|| "no time left".into(), |e| e.to_string());
+            return Err(Error::network(format!(
+                "timed out connecting to rank {peer} at {addr} (last attempt: {why})"
+            )));
+        };
         match TcpStream::connect_timeout(&addr, left) {
             Ok(s) => return Ok(s),
-            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
-                interrupt::sleep(backoff.min(left))?;
-                backoff = (backoff * 2).min(Duration::from_millis(100));
+            Err(e) if transient(&e) => {
+                interrupt::sleep(jittered(backoff).min(left))?;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+                last = Some(e);
             }
             Err(e) => {
                 return Err(Error::network(format!(
@@ -102,18 +135,32 @@ fn published(addr: SocketAddr, job: u64) -> String {
     format!("{addr} {job:016x}")
 }
 
-/// The address and job id rank `peer` published.
-pub(super) fn peer_entry(
-    store: &dyn Store,
-    prefix: &str,
-    peer: usize,
-    deadline: Instant,
-) -> Result<(SocketAddr, u64)> {
-    let raw = store.get(&format!("{prefix}/addr/{peer}"), remaining(deadline))?;
-    let text = String::from_utf8_lossy(&raw);
+/// Parses what rank `peer` published: its address and job id.
+fn parse_entry(peer: usize, raw: &[u8]) -> Result<(SocketAddr, u64)> {
+    let text = String::from_utf8_lossy(raw);
     text.split_once(' ')
         .and_then(|(addr, job)| Some((addr.parse().ok()?, u64::from_str_radix(job, 16).ok()?)))
         .ok_or_else(|| Error::network(format!("rank {peer} published a bad address {text:?}")))
+}
+
+/// The addresses and job ids ranks `peers` published, in one store request (a rank's
+/// bootstrap costs the store O(1) requests, not one per peer).
+pub fn peer_entries(
+    store: &dyn Store,
+    prefix: &str,
+    peers: &[usize],
+    deadline: Instant,
+) -> Result<Vec<(SocketAddr, u64)>> {
+    if peers.is_empty() {
+        return Ok(Vec::new());
+    }
+    let keys: Vec<String> = peers.iter().map(|p| format!("{prefix}/addr/{p}")).collect();
+    let raw = store.multi_get(&keys, remaining(deadline))?;
+    peers
+        .iter()
+        .zip(&raw)
+        .map(|(&p, r)| parse_entry(p, r))
+        .collect()
 }
 
 /// Connects this rank to every other rank of the group: publishes its listening address under
@@ -140,7 +187,7 @@ pub struct Mesh {
     /// A UDP socket on this rank's listening address (`None` alone in the group).
     pub udp: Option<UdpSocket>,
     /// The listening address of every lower rank (where its UDP socket is, too).
-    pub lower: Vec<Option<SocketAddr>>,
+    pub addrs: Vec<Option<SocketAddr>>,
     /// The shortest handshake round trip this rank saw connecting to the lower ranks.
     pub round_trip: Option<Duration>,
     /// Where the higher ranks connect, kept for their extra streams ([`connect_streams`]).
@@ -152,7 +199,7 @@ fn bind_pair(ip: IpAddr) -> Result<(TcpListener, UdpSocket, SocketAddr)> {
     let mut last = None;
     // The TCP port is free for TCP only: retry while its UDP twin is taken.
     for _ in 0..16 {
-        let listener = TcpListener::bind((ip, 0))
+        let listener = listen_on(SocketAddr::new(ip, 0))
             .map_err(|e| Error::network(format!("cannot listen on {ip}: {e}")))?;
         let addr = listener
             .local_addr()
@@ -179,13 +226,13 @@ pub fn connect_mesh_with(
     key: Option<&AuthKey>,
 ) -> Result<Mesh> {
     let mut socks: Vec<Option<TcpStream>> = (0..size).map(|_| None).collect();
-    let mut lower = vec![None; size];
+    let mut addrs = vec![None; size];
     if size <= 1 {
         return Ok(Mesh {
             socks,
             job: 0,
             udp: None,
-            lower,
+            addrs,
             round_trip: None,
             listener: None,
         });
@@ -195,7 +242,7 @@ pub fn connect_mesh_with(
     // Rank 0 draws the job id; the others learn it with rank 0's address.
     let first = match rank {
         0 => None,
-        _ => Some(peer_entry(store, prefix, 0, deadline)?),
+        _ => Some(peer_entries(store, prefix, &[0], deadline)?[0]),
     };
     let job = match first {
         Some((_, job)) => job,
@@ -209,11 +256,11 @@ pub fn connect_mesh_with(
         published(addr, job).as_bytes(),
     )?;
     let mut shortest_round_trip: Option<Duration> = None;
-    for (peer, slot) in socks.iter_mut().enumerate().take(rank) {
-        let (peer_addr, peer_job) = match (peer, first) {
-            (0, Some(entry)) => entry,
-            _ => peer_entry(store, prefix, peer, deadline)?,
-        };
+    let others: Vec<usize> = (1..rank).collect();
+    let entries = first
+        .into_iter()
+        .chain(peer_entries(store, prefix, &others, deadline)?);
+    for ((peer, slot), (peer_addr, peer_job)) in socks.iter_mut().enumerate().zip(entries) {
         if peer_job != job {
             return Err(Error::network(format!(
                 "rank {peer} published an address of another job under {prefix:?} (job \
@@ -232,7 +279,7 @@ pub fn connect_mesh_with(
         let (sock, round_trip) = dial(hello, key, peer, peer_addr, deadline)?;
         shortest_round_trip = Some(shortest_round_trip.map_or(round_trip, |s| s.min(round_trip)));
         *slot = Some(sock);
-        lower[peer] = Some(peer_addr);
+        addrs[peer] = Some(peer_addr);
     }
     listener
         .set_nonblocking(true)
@@ -258,7 +305,7 @@ pub fn connect_mesh_with(
         socks,
         job,
         udp: Some(udp),
-        lower,
+        addrs,
         round_trip: shortest_round_trip,
         listener: Some(listener),
     })
@@ -302,7 +349,7 @@ pub fn connect_streams(
     };
     let size32 = u32::try_from(size).map_err(|_| Error::invalid("world size exceeds u32"))?;
     for peer in (0..rank).filter(|&p| cross(p)) {
-        let addr = mesh.lower[peer].ok_or_else(|| {
+        let addr = mesh.addrs[peer].ok_or_else(|| {
             Error::backend(format!("rank {peer}'s address is unknown to rank {rank}"))
         })?;
         for stream in 1..streams {

@@ -31,7 +31,7 @@ mod poll;
 mod probe;
 mod socket;
 
-pub use connect::{connect_mesh, connect_mesh_with, connect_streams, Mesh};
+pub use connect::{connect_mesh, connect_mesh_with, connect_streams, peer_entries, Mesh};
 pub use handshake::{Hello, Reply, Status, HELLO_LEN, REPLY_LEN};
 pub use interface::{interfaces, select_interface, Interface, IFNAME_VARS};
 pub use poll::{poll_fds, pollfd};

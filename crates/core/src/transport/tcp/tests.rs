@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use super::connect::peer_entry;
+use super::connect::peer_entries;
 use super::handshake::STATUSES;
 use super::socket::{configure, HOST_LOCAL_SEND_BUFFER_BYTES};
 use super::*;
@@ -41,7 +41,13 @@ fn spawn_rank(
 
 /// Rank 0's listening address and the job id, once published.
 fn rank0(store: &HashStore, prefix: &str) -> (SocketAddr, u64) {
-    peer_entry(store, prefix, 0, Instant::now() + Duration::from_secs(20)).unwrap()
+    peer_entries(
+        store,
+        prefix,
+        &[0],
+        Instant::now() + Duration::from_secs(20),
+    )
+    .unwrap()[0]
 }
 
 fn hello(job: u64, group: u32, size: u32, rank: u64) -> [u8; HELLO_LEN] {
