@@ -677,3 +677,28 @@ fn store_tcp_client_over_the_limit_is_told_why() {
     );
     first.set("a", b"1").unwrap();
 }
+
+#[test]
+fn store_tcp_parked_wait_needs_every_key_and_pipelined_requests_follow() {
+    let m = master(Duration::from_secs(10));
+    let mut s = raw(m.port());
+    // A get of two keys, then a request pipelined behind it: neither is answered until both
+    // keys exist, and then in order.
+    let get = Request::Get {
+        keys: vec!["x".into(), "y".into()],
+        timeout_ms: 20_000,
+    };
+    let mut both = get.encode();
+    both.extend(Request::NumKeys.encode());
+    s.write_all(&both).unwrap();
+    m.set("x", b"1").unwrap();
+    thread::sleep(Duration::from_millis(100));
+    s.set_nonblocking(true).unwrap();
+    assert!(s.peek(&mut [0u8; 1]).is_err(), "answered with a key missing");
+    s.set_nonblocking(false).unwrap();
+    m.append("y", b"2").unwrap();
+    let answer = Response::decode(&read_frame(&mut s, MAX_FRAME).unwrap().unwrap()).unwrap();
+    assert_eq!(answer, Response::List(vec![b"1".to_vec(), b"2".to_vec()]));
+    let answer = Response::decode(&read_frame(&mut s, MAX_FRAME).unwrap().unwrap()).unwrap();
+    assert_eq!(answer, Response::Int(2));
+}
