@@ -694,7 +694,10 @@ fn store_tcp_parked_wait_needs_every_key_and_pipelined_requests_follow() {
     m.set("x", b"1").unwrap();
     thread::sleep(Duration::from_millis(100));
     s.set_nonblocking(true).unwrap();
-    assert!(s.peek(&mut [0u8; 1]).is_err(), "answered with a key missing");
+    assert!(
+        s.peek(&mut [0u8; 1]).is_err(),
+        "answered with a key missing"
+    );
     s.set_nonblocking(false).unwrap();
     m.append("y", b"2").unwrap();
     let answer = Response::decode(&read_frame(&mut s, MAX_FRAME).unwrap().unwrap()).unwrap();
