@@ -9,7 +9,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::protocol::{read_frame, Request, Response, MAX_AUTH_FRAME, MAX_FRAME};
-use super::server::{CLIENT_LABEL, SERVER_LABEL};
+use super::server::{CLIENT_LABEL, LIMIT_REFUSAL, SERVER_LABEL};
 use crate::auth::{self, AuthKey};
 use crate::error::{Error, Result};
 use crate::interrupt;
@@ -116,6 +116,7 @@ impl Client {
         })? {
             Response::Challenge { nonce, tag } => (nonce, tag),
             Response::AuthFailed(msg) => return Err(failed(msg)),
+            Response::Error(msg) => return Err(self.refused(&msg)),
             _ => {
                 return Err(failed(
                     "the server does not speak rustdist's protocol".into(),
@@ -141,6 +142,15 @@ impl Client {
     fn auth_failed(&self, why: &str) -> Error {
         Error::network(format!(
             "TCPStore: authentication failed with the server at ({}, {}): {why}",
+            self.host, self.port
+        ))
+    }
+
+    /// The server turned this connection away (over its connection cap): fails at once,
+    /// with the server's reason, which says how to raise the cap.
+    fn refused(&self, why: &str) -> Error {
+        Error::network(format!(
+            "TCPStore: the server at ({}, {}) refused this client: {why}",
             self.host, self.port
         ))
     }
@@ -214,6 +224,9 @@ impl Client {
         let decoded = match exchanged.map(|frame| Response::decode(&frame)) {
             // The server closes a connection it refused: it does not go back to the pool.
             Ok(Ok(Response::AuthFailed(why))) => return Err(self.auth_failed(&why)),
+            Ok(Ok(Response::Error(why))) if why.starts_with(LIMIT_REFUSAL) => {
+                return Err(self.refused(&why))
+            }
             Ok(decoded) => decoded,
             Err(e) if timed_out(&e) => Err(Error::store(format!(
                 "TCPStore: no answer from the server at ({}, {}) within {}ms",

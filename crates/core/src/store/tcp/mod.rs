@@ -18,6 +18,8 @@ use crate::error::{Error, Result};
 use crate::store::{check_multi_set, deadline_after, Store, DEFAULT_TIMEOUT};
 
 mod client;
+mod conn;
+mod event_loop;
 pub mod protocol;
 pub mod server;
 #[cfg(test)]

@@ -1,15 +1,22 @@
-//! The TCP store server: one thread accepts, one thread serves each connection (capped), so a
-//! slow or hostile client only ever holds its own thread. A client that sends anything
-//! malformed is disconnected; the others never notice. With an [`AuthKey`], a client must
-//! authenticate before anything else it sends is read (see [`crate::auth`]); one that does not
-//! is refused and logged.
+//! The TCP store server: one thread runs a mio event loop (epoll) that serves every
+//! connection, so the thread count stays constant however many ranks connect.
+//!
+//! - Each connection has its own read and write buffers; frames are parsed as bytes arrive,
+//!   never allocated beyond what arrived, and capped at [`MAX_FRAME`] (or [`MAX_AUTH_FRAME`]
+//!   before a client has authenticated). Malformed input closes only that connection.
+//! - A blocking `get`/`wait` whose keys are missing is parked in a waiter table keyed by the
+//!   keys it needs; a write to one of them re-checks it, and its deadline (a heap of timers
+//!   that sets the poll timeout) answers it "timeout". A connection whose request is parked,
+//!   or whose answer is not yet written, reads nothing more, as a thread per client would.
+//! - A client that takes no bytes of an answer for [`WRITE_TIMEOUT`] is dropped; one that
+//!   does not authenticate within [`AUTH_TIMEOUT`] too.
+//! - Connections are capped (by default from `RLIMIT_NOFILE`, raised to its hard limit at
+//!   start; `RUSTDIST_STORE_MAX_CLIENTS` overrides it). A client over the cap is told so in a
+//!   [`Response::Error`] starting with [`LIMIT_REFUSAL`], never dropped silently.
+//! - Dropping the server wakes the loop (a [`mio::Waker`]), which closes every socket and exits.
 
-use std::collections::HashMap;
-use std::io::{self, Write};
-use std::net::{
-    IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs, UdpSocket,
-};
-use std::os::fd::{AsRawFd, RawFd};
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, ToSocketAddrs, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
@@ -17,60 +24,63 @@ use std::time::{Duration, Instant};
 
 use socket2::{Domain, Socket, Type};
 
-use super::protocol::{read_frame, Request, Response, MAX_AUTH_FRAME, MAX_FRAME};
-use crate::auth::{self, AuthKey};
+use super::protocol::MAX_AUTH_FRAME;
+#[cfg(doc)]
+use super::protocol::{Response, MAX_FRAME};
+use crate::auth::AuthKey;
 use crate::error::{Error, Result};
 use crate::interrupt;
-use crate::store::deadline_after;
-use crate::store::hash::{MemKv, WaitError};
 
-/// Connections served at once; more are accepted and closed at once.
-const MAX_CONNECTIONS: usize = 8192;
-/// Stack of a connection thread (it only decodes frames and touches the table).
-const CONN_STACK: usize = 256 << 10;
-/// A client that does not take a response within this long is dropped.
-const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
-/// How often the accept loop checks for shutdown (dropping the server also wakes it at once).
-const ACCEPT_POLL_MS: libc::c_int = 100;
-/// How long dropping the server waits for its connection threads to exit.
-const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+use super::event_loop::EventLoop;
+
+/// A client that takes no byte of a pending answer for this long is dropped.
+pub(crate) const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a client may take to authenticate before it is dropped.
-const AUTH_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const AUTH_TIMEOUT: Duration = Duration::from_secs(10);
 /// Labels of the two proofs (a client's proof can never pass as the server's).
 pub(crate) const CLIENT_LABEL: &[u8] = b"rustdist store client v1";
 pub(crate) const SERVER_LABEL: &[u8] = b"rustdist store server v1";
+/// How a refusal for the connection cap starts (the client recognises it by this).
+pub(crate) const LIMIT_REFUSAL: &str = "TCPStore connection limit reached";
+/// Overrides the connection cap (a positive number).
+pub const MAX_CLIENTS_ENV: &str = "RUSTDIST_STORE_MAX_CLIENTS";
+/// Listen backlog when /proc/sys/net/core/somaxconn cannot be read.
+const DEFAULT_BACKLOG: i32 = 4096;
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Open connections, kept so that shutdown can close them.
+/// State shared by the server handle and the event loop.
 #[derive(Default)]
-struct Conns {
-    next_id: u64,
-    open: HashMap<u64, TcpStream>,
+pub(crate) struct Shared {
+    pub stop: AtomicBool,
+    /// Open connections (served and being refused), for [`TcpServer::wait_connections_closed`].
+    pub conns: Mutex<usize>,
+    pub conns_changed: Condvar,
+    /// Clients that said Hello, for [`TcpServer::wait_workers`].
+    pub workers: Mutex<usize>,
+    pub workers_changed: Condvar,
 }
 
-/// State shared by the server handle, the accept thread and the connection threads.
-#[derive(Default)]
-struct Shared {
-    kv: MemKv,
-    key: Option<AuthKey>,
-    stop: AtomicBool,
-    conns: Mutex<Conns>,
-    conns_changed: Condvar,
-    workers: Mutex<usize>,
-    workers_changed: Condvar,
+impl Shared {
+    pub fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
+    pub fn set_conns(&self, n: usize) {
+        *lock(&self.conns) = n;
+        self.conns_changed.notify_all();
+    }
 }
 
-/// A running server. Dropping the last `Arc` stops it: the listening socket is closed, every
-/// connection is shut down and the threads exit.
+/// A running server. Dropping it stops the loop: every socket is closed before drop returns.
 pub struct TcpServer {
     port: u16,
-    /// The listening socket, owned by the accept thread until it exits.
-    listen_fd: RawFd,
+    max_clients: usize,
     shared: Arc<Shared>,
-    acceptor: Option<JoinHandle<()>>,
+    waker: Arc<mio::Waker>,
+    looper: Option<JoinHandle<()>>,
 }
 
 /// The address the server for `host` binds: `host` itself when it is (or names) an address of
@@ -96,6 +106,16 @@ pub fn bind_address(host: &str) -> Option<IpAddr> {
         .or_else(|| (host == "localhost").then_some(IpAddr::V4(Ipv4Addr::LOCALHOST)))
 }
 
+/// The kernel's cap on a listen backlog: asking for more is silently cut to it, asking for
+/// less (std's 128) makes thousands of ranks connecting at once retry SYNs for seconds.
+fn listen_backlog() -> i32 {
+    std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+        .ok()
+        .and_then(|s| s.trim().parse::<i32>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(DEFAULT_BACKLOG)
+}
+
 /// Binds `port` (0: any free port) on the address [`bind_address`] picks for `host`, or on
 /// every interface (IPv6 dual-stack when available), with SO_REUSEADDR so a restarted store
 /// can bind the same port at once.
@@ -107,7 +127,7 @@ pub fn listen(host: &str, port: u16) -> Result<TcpListener> {
         }
         s.set_reuse_address(true)?;
         s.bind(&addr.into())?;
-        s.listen(1024)?;
+        s.listen(listen_backlog())?;
         Ok(s.into())
     };
     let listener = match bind_address(host) {
@@ -122,35 +142,107 @@ pub fn listen(host: &str, port: u16) -> Result<TcpListener> {
         .map_err(|e| Error::network(format!("TCPStore: cannot listen on ({host}, {port}): {e}")))
 }
 
+/// Raises the soft open-file limit to the hard one (best effort) and returns (soft, hard).
+pub fn raise_fd_limit() -> (u64, u64) {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is a valid rlimit for getrlimit to fill.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return (1024, 1024);
+    }
+    if lim.rlim_cur < lim.rlim_max {
+        // An unlimited hard limit cannot be the soft one: Linux caps it at fs.nr_open.
+        let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
+            .ok()
+            .and_then(|s| s.trim().parse::<libc::rlim_t>().ok())
+            .unwrap_or(1 << 20);
+        let raised = libc::rlimit {
+            rlim_cur: lim.rlim_max.min(nr_open),
+            rlim_max: lim.rlim_max,
+        };
+        // SAFETY: `raised` is a valid rlimit; a refusal leaves the limit as it was.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            lim.rlim_cur = raised.rlim_cur;
+        }
+    }
+    (lim.rlim_cur, lim.rlim_max)
+}
+
+/// The connection cap: `env` (`RUSTDIST_STORE_MAX_CLIENTS`) when a positive number, else the
+/// open-file limit `soft` less a reserve for the rest of the process (the store usually lives
+/// inside a training process).
+pub(crate) fn default_max_clients(env: Option<&str>, soft: u64) -> usize {
+    if let Some(n) = env
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|&n| n > 0)
+    {
+        return n;
+    }
+    let reserve = (soft / 8).clamp(32, 1024);
+    usize::try_from(soft.saturating_sub(reserve).max(1)).unwrap_or(usize::MAX)
+}
+
 impl TcpServer {
     /// Serves on `listener` (already bound and listening) until dropped; with `key`, only to
-    /// clients that authenticate with it.
+    /// clients that authenticate with it. The connection cap comes from the environment and
+    /// the open-file limit (see [`TcpServer::start_with_limit`]).
     pub fn start(listener: TcpListener, key: Option<AuthKey>) -> Result<Self> {
+        Self::start_with_limit(listener, key, None)
+    }
+
+    /// [`TcpServer::start`] serving at most `max_clients` connections at once (`None`:
+    /// `RUSTDIST_STORE_MAX_CLIENTS`, else the open-file limit less a reserve).
+    pub fn start_with_limit(
+        listener: TcpListener,
+        key: Option<AuthKey>,
+        max_clients: Option<usize>,
+    ) -> Result<Self> {
         let setup = |e: io::Error| Error::network(format!("TCPStore server: {e}"));
         let port = listener.local_addr().map_err(setup)?.port();
         listener.set_nonblocking(true).map_err(setup)?;
-        let listen_fd = listener.as_raw_fd();
-        let shared = Arc::new(Shared {
-            key,
-            ..Shared::default()
-        });
-        let acceptor = {
-            let shared = Arc::clone(&shared);
-            thread::Builder::new()
-                .name("rustdist-store-accept".into())
-                .spawn(move || shared.accept_loop(listener))
-                .map_err(setup)?
-        };
+        let (soft, _) = raise_fd_limit();
+        let max_clients = max_clients
+            .unwrap_or_else(|| {
+                default_max_clients(std::env::var(MAX_CLIENTS_ENV).ok().as_deref(), soft)
+            })
+            .max(1);
+        let shared = Arc::new(Shared::default());
+        let mut refusal = format!(
+            "{LIMIT_REFUSAL} ({max_clients} clients); raise {MAX_CLIENTS_ENV} and the server's \
+             ulimit -n ({soft})"
+        );
+        // An authenticating client reads it as its first answer, which it caps at
+        // MAX_AUTH_FRAME (less the status byte and the length).
+        let fits = MAX_AUTH_FRAME - 5;
+        if refusal.len() > fits {
+            let cut = (0..=fits).rev().find(|&i| refusal.is_char_boundary(i));
+            refusal.truncate(cut.unwrap_or(0));
+        }
+        let (event_loop, waker) =
+            EventLoop::new(listener, key, Arc::clone(&shared), max_clients, refusal)
+                .map_err(setup)?;
+        let looper = thread::Builder::new()
+            .name("rustdist-store".into())
+            .spawn(move || event_loop.run())
+            .map_err(setup)?;
         Ok(TcpServer {
             port,
-            listen_fd,
+            max_clients,
             shared,
-            acceptor: Some(acceptor),
+            waker,
+            looper: Some(looper),
         })
     }
 
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// How many connections the server serves at once.
+    pub fn max_clients(&self) -> usize {
+        self.max_clients
     }
 
     /// Waits until `n` clients have announced themselves, or fails at `deadline`.
@@ -171,266 +263,29 @@ impl TcpServer {
 
     /// Waits until no connection is open; false if some still are at `deadline`.
     pub fn wait_connections_closed(&self, deadline: Instant) -> bool {
-        self.shared.wait_conns_closed(deadline)
-    }
-}
-
-impl Drop for TcpServer {
-    fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::Release);
-        if let Some(acceptor) = self.acceptor.take() {
-            // Wakes the accept thread's poll now (Linux): dropping a store must not wait.
-            // SAFETY: the fd is the listener the accept thread owns until it is joined below.
-            unsafe { libc::shutdown(self.listen_fd, libc::SHUT_RDWR) };
-            // The listener is closed when the accept loop returns.
-            let _ = acceptor.join();
-        }
-        for stream in lock(&self.shared.conns).open.values() {
-            // Wakes a thread blocked reading or writing; a waiting one sees `stop`.
-            let _ = stream.shutdown(std::net::Shutdown::Both);
-        }
-        self.shared.wait_conns_closed(deadline_after(DRAIN_TIMEOUT));
-    }
-}
-
-/// The authentication exchange at the start of a connection. A refused client is told why
-/// (`Err(Some(why))`, for the log); `Err(None)`: it hung up before sending anything.
-fn authenticate(key: &AuthKey, stream: &mut TcpStream) -> std::result::Result<(), Option<String>> {
-    let io = |e: io::Error| Some(e.to_string());
-    let refuse = |stream: &mut TcpStream, why: &str| {
-        let _ = stream.write_all(&Response::AuthFailed(why.to_owned()).encode());
-        Some(why.to_owned())
-    };
-    stream.set_read_timeout(Some(AUTH_TIMEOUT)).map_err(io)?;
-    let first = read_frame(stream, MAX_AUTH_FRAME)
-        .map_err(io)?
-        .ok_or(None)?;
-    let Ok(Request::AuthInit {
-        nonce: client_nonce,
-    }) = Request::decode(&first)
-    else {
-        return Err(refuse(
-            stream,
-            "this TCPStore server requires RUSTDIST_AUTH_KEY, and the client did not authenticate",
-        ));
-    };
-    let nonce = auth::nonce().map_err(|e| Some(e.to_string()))?;
-    let tag = key.tag(SERVER_LABEL, &[&client_nonce, &nonce]);
-    stream
-        .write_all(&Response::Challenge { nonce, tag }.encode())
-        .map_err(io)?;
-    let proof = read_frame(stream, MAX_AUTH_FRAME)
-        .map_err(io)?
-        .ok_or_else(|| Some("the client hung up during authentication".to_owned()))?;
-    match Request::decode(&proof) {
-        Ok(Request::AuthProof { tag })
-            if key.verify(CLIENT_LABEL, &[&client_nonce, &nonce], &tag) => {}
-        _ => {
-            return Err(refuse(
-                stream,
-                "the client's RUSTDIST_AUTH_KEY differs from the TCPStore server's",
-            ))
-        }
-    }
-    stream
-        .write_all(&Response::Ok.encode())
-        .and_then(|()| stream.set_read_timeout(None))
-        .map_err(io)
-}
-
-impl Shared {
-    fn stopping(&self) -> bool {
-        self.stop.load(Ordering::Acquire)
-    }
-
-    fn accept_loop(self: Arc<Self>, listener: TcpListener) {
-        let mut pfd = libc::pollfd {
-            fd: listener.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        while !self.stopping() {
-            // SAFETY: `pfd` is one valid pollfd for the duration of the call, and its fd is
-            // owned by `listener`, which lives until this function returns.
-            if unsafe { libc::poll(&mut pfd, 1, ACCEPT_POLL_MS) } <= 0 || self.stopping() {
-                continue;
-            }
-            match listener.accept() {
-                Ok((stream, _)) => self.admit(stream),
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-                    ) => {}
-                // Out of fds or memory: back off instead of spinning, and keep serving.
-                Err(_) => thread::sleep(Duration::from_millis(10)),
-            }
-        }
-    }
-
-    /// Registers `stream` and gives it a thread; drops it when over the cap or out of threads.
-    fn admit(self: &Arc<Self>, stream: TcpStream) {
-        let configured = stream
-            .set_nonblocking(false)
-            .and_then(|()| stream.set_nodelay(true))
-            .and_then(|()| stream.set_write_timeout(Some(WRITE_TIMEOUT)));
-        let Ok(registered) = configured.and_then(|()| stream.try_clone()) else {
-            return;
-        };
-        let id = {
-            let mut conns = lock(&self.conns);
-            if conns.open.len() >= MAX_CONNECTIONS {
-                return;
-            }
-            let id = conns.next_id;
-            conns.next_id += 1;
-            conns.open.insert(id, registered);
-            id
-        };
-        let shared = Arc::clone(self);
-        let spawned = thread::Builder::new()
-            .name("rustdist-store-conn".into())
-            .stack_size(CONN_STACK)
-            .spawn(move || {
-                shared.serve(stream);
-                shared.forget(id);
-            });
-        if spawned.is_err() {
-            self.forget(id);
-        }
-    }
-
-    fn forget(&self, id: u64) {
-        lock(&self.conns).open.remove(&id);
-        self.conns_changed.notify_all();
-    }
-
-    fn wait_conns_closed(&self, deadline: Instant) -> bool {
-        let mut conns = lock(&self.conns);
-        while !conns.open.is_empty() {
+        let mut open = lock(&self.shared.conns);
+        while *open > 0 {
             let now = Instant::now();
             if now >= deadline {
                 return false;
             }
-            conns = match self.conns_changed.wait_timeout(conns, deadline - now) {
+            open = match self.shared.conns_changed.wait_timeout(open, deadline - now) {
                 Ok((g, _)) => g,
                 Err(p) => p.into_inner().0,
             };
         }
         true
     }
+}
 
-    /// Answers requests until the client leaves, misbehaves, or the server stops.
-    fn serve(&self, mut stream: TcpStream) {
-        if let Some(key) = &self.key {
-            match authenticate(key, &mut stream) {
-                Ok(()) => {}
-                // Left before saying anything (a probe, a client giving up): nothing to report.
-                Err(None) => return,
-                Err(Some(why)) => {
-                    let from = stream.peer_addr().map_or("?".into(), |a| a.to_string());
-                    log::warn!(
-                        "TCPStore: refused a client from {from}: authentication failed: {why}"
-                    );
-                    return;
-                }
-            }
+impl Drop for TcpServer {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        if let Some(looper) = self.looper.take() {
+            // A failed wake leaves the loop to notice `stop` at its next event or timer.
+            let _ = self.waker.wake();
+            // The loop closes the listener and every connection before it returns.
+            let _ = looper.join();
         }
-        while let Ok(Some(frame)) = read_frame(&mut stream, MAX_FRAME) {
-            if self.stopping() {
-                return;
-            }
-            let Ok(req) = Request::decode(&frame) else {
-                return;
-            };
-            drop(frame);
-            let Some(resp) = self.handle(&stream, req) else {
-                return;
-            };
-            if stream.write_all(&resp.encode()).is_err() {
-                return;
-            }
-        }
-    }
-
-    /// True once the client hung up (or the server is stopping): ends a blocked wait early.
-    fn client_gone(&self, stream: &TcpStream) -> bool {
-        if self.stopping() || stream.set_nonblocking(true).is_err() {
-            return true;
-        }
-        let peeked = stream.peek(&mut [0u8; 1]);
-        if stream.set_nonblocking(false).is_err() {
-            return true;
-        }
-        match peeked {
-            Ok(0) => true,
-            Ok(_) => false,
-            Err(e) => e.kind() != io::ErrorKind::WouldBlock,
-        }
-    }
-
-    /// Waits for `keys` for the client's `timeout_ms`; `None` when the client left meanwhile.
-    fn wait(
-        &self,
-        stream: &TcpStream,
-        keys: &[String],
-        timeout_ms: u64,
-        want_values: bool,
-    ) -> Option<Response> {
-        let deadline = deadline_after(Duration::from_millis(timeout_ms));
-        let gone = || self.client_gone(stream);
-        match self.kv.wait_for(keys, deadline, want_values, &gone) {
-            Ok(values) if want_values => Some(Response::List(values)),
-            Ok(_) => Some(Response::Ok),
-            Err(WaitError::Timeout(missing)) => Some(Response::Timeout(missing)),
-            Err(WaitError::Aborted | WaitError::Interrupted) => None,
-        }
-    }
-
-    fn handle(&self, stream: &TcpStream, req: Request) -> Option<Response> {
-        let kv = &self.kv;
-        Some(match req {
-            Request::Hello => {
-                *lock(&self.workers) += 1;
-                self.workers_changed.notify_all();
-                Response::Ok
-            }
-            Request::Set { key, value } => {
-                kv.set(&key, &value);
-                Response::Ok
-            }
-            Request::Get { keys, timeout_ms } => return self.wait(stream, &keys, timeout_ms, true),
-            Request::Add { key, delta } => match kv.add(&key, delta) {
-                Ok(v) => Response::Int(v),
-                Err(e) => Response::Error(e.to_string()),
-            },
-            Request::Append { key, value } => {
-                kv.append(&key, &value);
-                Response::Ok
-            }
-            Request::Check { keys } => Response::Bool(kv.check(&keys)),
-            Request::CompareSet {
-                key,
-                expected,
-                desired,
-            } => Response::Bytes(kv.compare_set(&key, &expected, &desired)),
-            Request::Delete { key } => Response::Bool(kv.delete_key(&key)),
-            Request::MultiSet { keys, values } => {
-                if keys.len() != values.len() {
-                    return None;
-                }
-                kv.multi_set(&keys, &values);
-                Response::Ok
-            }
-            Request::NumKeys => Response::Int(kv.num_keys()),
-            Request::Wait { keys, timeout_ms } => {
-                return self.wait(stream, &keys, timeout_ms, false)
-            }
-            // Authentication belongs at the start of a connection, and only with a key.
-            Request::AuthInit { .. } if self.key.is_none() => Response::AuthFailed(
-                "RUSTDIST_AUTH_KEY is set on this client but not on the TCPStore server".into(),
-            ),
-            Request::AuthInit { .. } | Request::AuthProof { .. } => return None,
-        })
     }
 }

@@ -600,3 +600,108 @@ fn store_tcp_master_listens_on_the_host_given() {
     .unwrap();
     assert!(reaches("127.0.0.1", every.port()) && reaches("127.0.0.2", every.port()));
 }
+
+#[test]
+fn store_tcp_client_over_the_limit_is_told_why() {
+    assert_eq!(server::default_max_clients(Some("7"), 20_000), 7);
+    assert_eq!(
+        server::default_max_clients(Some("0"), 20_000),
+        20_000 - 1024
+    );
+    assert_eq!(server::default_max_clients(None, 1024), 1024 - 128);
+    let server =
+        TcpServer::start_with_limit(server::listen("127.0.0.1", 0).unwrap(), None, Some(2))
+            .unwrap();
+    let port = server.port();
+    assert_eq!(server.max_clients(), 2);
+    let served = client_of(port, Duration::from_secs(10));
+    let mut held = raw(port);
+    assert_eq!(exchange(&mut held, &Request::NumKeys), Response::Int(0));
+    // A third store fails at once (not at its timeout), saying what the limit is and how to
+    // raise it.
+    let t = Instant::now();
+    let err = TcpStore::new(TcpStoreOptions {
+        port,
+        timeout: Duration::from_secs(30),
+        ..Default::default()
+    })
+    .err()
+    .unwrap();
+    assert!(
+        matches!(&err, Error::Network(m) if m.contains("connection limit reached (2 clients)")
+            && m.contains("raise RUSTDIST_STORE_MAX_CLIENTS") && m.contains("ulimit -n")),
+        "{err:?}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    // A raw client's first request gets the refusal, then the server hangs up.
+    let mut over = raw(port);
+    assert!(matches!(
+        exchange(&mut over, &Request::NumKeys),
+        Response::Error(m) if m.starts_with(server::LIMIT_REFUSAL)
+    ));
+    assert!(closed_by_peer(&mut over));
+    served.set("k", b"v").unwrap();
+    // A slot that frees up serves the next client.
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let next = loop {
+        match TcpStore::new(TcpStoreOptions {
+            port,
+            timeout: Duration::from_secs(5),
+            ..Default::default()
+        }) {
+            Ok(c) => break c,
+            Err(e) if Instant::now() < deadline => drop(e),
+            Err(e) => panic!("{e:?}"),
+        }
+    };
+    assert_eq!(next.get("k", None).unwrap(), b"v");
+
+    // With authentication, the refusal still says why (not "authentication failed").
+    let key = keyed(b"s");
+    let listener = server::listen("127.0.0.1", 0).unwrap();
+    let server = TcpServer::start_with_limit(listener, key.clone(), Some(1)).unwrap();
+    let connect = || {
+        TcpStore::new(TcpStoreOptions {
+            port: server.port(),
+            timeout: Duration::from_secs(30),
+            auth_key: key.clone(),
+            ..Default::default()
+        })
+    };
+    let first = connect().unwrap();
+    let err = connect().err().unwrap();
+    assert!(
+        matches!(&err, Error::Network(m) if m.contains("connection limit reached (1 clients")),
+        "{err:?}"
+    );
+    first.set("a", b"1").unwrap();
+}
+
+#[test]
+fn store_tcp_parked_wait_needs_every_key_and_pipelined_requests_follow() {
+    let m = master(Duration::from_secs(10));
+    let mut s = raw(m.port());
+    // A get of two keys, then a request pipelined behind it: neither is answered until both
+    // keys exist, and then in order.
+    let get = Request::Get {
+        keys: vec!["x".into(), "y".into()],
+        timeout_ms: 20_000,
+    };
+    let mut both = get.encode();
+    both.extend(Request::NumKeys.encode());
+    s.write_all(&both).unwrap();
+    m.set("x", b"1").unwrap();
+    thread::sleep(Duration::from_millis(100));
+    s.set_nonblocking(true).unwrap();
+    assert!(
+        s.peek(&mut [0u8; 1]).is_err(),
+        "answered with a key missing"
+    );
+    s.set_nonblocking(false).unwrap();
+    m.append("y", b"2").unwrap();
+    let answer = Response::decode(&read_frame(&mut s, MAX_FRAME).unwrap().unwrap()).unwrap();
+    assert_eq!(answer, Response::List(vec![b"1".to_vec(), b"2".to_vec()]));
+    let answer = Response::decode(&read_frame(&mut s, MAX_FRAME).unwrap().unwrap()).unwrap();
+    assert_eq!(answer, Response::Int(2));
+}
