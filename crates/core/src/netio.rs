@@ -71,8 +71,9 @@ pub fn timed_out(e: &io::Error) -> bool {
 }
 
 /// The listen backlog for a socket many peers may dial at once: the kernel's cap
-/// (`net.core.somaxconn`), so that connections beyond those being served wait in the kernel
-/// instead of being refused (std's listeners take 128).
+/// (`net.core.somaxconn`; asking for more is cut to it), so that connections beyond those
+/// being served wait in the kernel; std's 128 made thousands of ranks connecting at once
+/// retry SYNs for seconds.
 pub fn listen_backlog() -> i32 {
     std::fs::read_to_string("/proc/sys/net/core/somaxconn")
         .ok()

@@ -29,7 +29,7 @@ use super::protocol::MAX_AUTH_FRAME;
 use super::protocol::{Response, MAX_FRAME};
 use crate::auth::AuthKey;
 use crate::error::{Error, Result};
-use crate::interrupt;
+use crate::{interrupt, netio};
 
 use super::event_loop::EventLoop;
 
@@ -44,8 +44,6 @@ pub(crate) const SERVER_LABEL: &[u8] = b"rustdist store server v1";
 pub(crate) const LIMIT_REFUSAL: &str = "TCPStore connection limit reached";
 /// Overrides the connection cap (a positive number).
 pub const MAX_CLIENTS_ENV: &str = "RUSTDIST_STORE_MAX_CLIENTS";
-/// Listen backlog when /proc/sys/net/core/somaxconn cannot be read.
-const DEFAULT_BACKLOG: i32 = 4096;
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -106,16 +104,6 @@ pub fn bind_address(host: &str) -> Option<IpAddr> {
         .or_else(|| (host == "localhost").then_some(IpAddr::V4(Ipv4Addr::LOCALHOST)))
 }
 
-/// The kernel's cap on a listen backlog: asking for more is silently cut to it, asking for
-/// less (std's 128) makes thousands of ranks connecting at once retry SYNs for seconds.
-fn listen_backlog() -> i32 {
-    std::fs::read_to_string("/proc/sys/net/core/somaxconn")
-        .ok()
-        .and_then(|s| s.trim().parse::<i32>().ok())
-        .filter(|&n| n > 0)
-        .unwrap_or(DEFAULT_BACKLOG)
-}
-
 /// Binds `port` (0: any free port) on the address [`bind_address`] picks for `host`, or on
 /// every interface (IPv6 dual-stack when available), with SO_REUSEADDR so a restarted store
 /// can bind the same port at once.
@@ -127,7 +115,7 @@ pub fn listen(host: &str, port: u16) -> Result<TcpListener> {
         }
         s.set_reuse_address(true)?;
         s.bind(&addr.into())?;
-        s.listen(listen_backlog())?;
+        s.listen(netio::listen_backlog())?;
         Ok(s.into())
     };
     let listener = match bind_address(host) {

@@ -7,7 +7,6 @@ use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 
-use crate::error::{Error, Result};
 use crate::transport::frame::{payload_len, HEADER_LEN};
 use crate::transport::shm::ShmPipe;
 use crate::transport::tcp::pollfd;
@@ -249,34 +248,36 @@ impl Link for ShmPipe {
     fn shutdown(&self) {}
 }
 
-/// The connection to one peer: the link its data moves on, and its socket.
+/// The connection to one peer: the link its data moves on (the socket itself for TCP).
 pub(super) struct Connection {
-    pub(super) sock: TcpStream,
+    /// A memory link's socket, kept open only to tell whether the peer lives.
+    watch: Option<TcpStream>,
     data: Box<dyn Link>,
 }
 
 impl Connection {
     /// Data on `pipe` when given (the peer shares the host), else on the socket itself, striped
-    /// with the `extra` streams when there are any.
+    /// with the `extra` streams when there are any. One fd per stream: a world of n ranks
+    /// holds n - 1 sockets per rank, not twice that.
     pub(super) fn new(
         sock: TcpStream,
         pipe: Option<ShmPipe>,
         extra: Vec<TcpStream>,
-    ) -> Result<Connection> {
-        let data: Box<dyn Link> = match pipe {
-            Some(pipe) => Box::new(pipe),
-            None => {
-                let first = sock
-                    .try_clone()
-                    .map_err(|e| Error::network(format!("cannot share a peer socket: {e}")))?;
-                if extra.is_empty() {
-                    Box::new(first)
-                } else {
-                    Box::new(Striped::new(std::iter::once(first).chain(extra).collect()))
-                }
-            }
-        };
-        Ok(Connection { sock, data })
+    ) -> Connection {
+        match pipe {
+            Some(pipe) => Connection {
+                watch: Some(sock),
+                data: Box::new(pipe),
+            },
+            None if extra.is_empty() => Connection {
+                watch: None,
+                data: Box::new(sock),
+            },
+            None => Connection {
+                watch: None,
+                data: Box::new(Striped::new(std::iter::once(sock).chain(extra).collect())),
+            },
+        }
     }
 
     /// What poll(2) waits on for this link (none for a memory link): readable when `reading`,
@@ -296,7 +297,9 @@ impl Connection {
 
     /// Ends the connection both ways (every stream of it).
     pub(super) fn shutdown(&self) {
-        let _ = self.sock.shutdown(Shutdown::Both);
+        if let Some(sock) = &self.watch {
+            let _ = sock.shutdown(Shutdown::Both);
+        }
         self.data.shutdown();
     }
 
@@ -322,8 +325,11 @@ impl Connection {
 
     /// For a memory link: false once the peer's socket reports EOF or an error.
     pub(super) fn alive(&mut self) -> bool {
+        let Some(sock) = self.watch.as_mut() else {
+            return true; // a socket link reports EOF where it is read
+        };
         let mut probe = [0u8; 1];
-        match Read::read(&mut self.sock, &mut probe) {
+        match Read::read(sock, &mut probe) {
             Ok(0) => false,
             Ok(_) => true,
             Err(e) => matches!(

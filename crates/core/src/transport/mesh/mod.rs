@@ -162,9 +162,8 @@ impl MeshTransport {
             .map(|(p, sock)| {
                 let extra = extra.next().unwrap_or_default();
                 sock.map(|s| Peer::new(s, host.as_ref().and_then(|h| h.pipe(rank, p)), extra))
-                    .transpose()
             })
-            .collect::<Result<_>>()?;
+            .collect();
         Ok(MeshTransport {
             rank,
             size,

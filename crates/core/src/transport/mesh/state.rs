@@ -240,9 +240,9 @@ impl Peer {
         sock: TcpStream,
         shm: Option<ShmPipe>,
         extra: Vec<TcpStream>,
-    ) -> Result<Peer> {
-        Ok(Peer {
-            link: Connection::new(sock, shm, extra)?,
+    ) -> Peer {
+        Peer {
+            link: Connection::new(sock, shm, extra),
             rx: RX_IDLE,
             txq: VecDeque::new(),
             queued: 0,
@@ -254,7 +254,7 @@ impl Peer {
             spare: Vec::new(),
             shrinking: Vec::new(),
             paused: false,
-        })
+        }
     }
 
     /// Whether a collective frame from this peer waits in its link (see `rx::holds`).
