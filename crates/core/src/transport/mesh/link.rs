@@ -259,11 +259,7 @@ impl Connection {
     /// Data on `pipe` when given (the peer shares the host), else on the socket itself, striped
     /// with the `extra` streams when there are any. One fd per stream: a world of n ranks
     /// holds n - 1 sockets per rank, not twice that.
-    pub(super) fn new(
-        sock: TcpStream,
-        pipe: Option<ShmPipe>,
-        extra: Vec<TcpStream>,
-    ) -> Connection {
+    pub(super) fn new(sock: TcpStream, pipe: Option<ShmPipe>, extra: Vec<TcpStream>) -> Connection {
         match pipe {
             Some(pipe) => Connection {
                 watch: Some(sock),

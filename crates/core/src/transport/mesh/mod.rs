@@ -183,6 +183,7 @@ impl MeshTransport {
             streams: links.streams,
             ws,
             ws_seq: u64::MAX,
+            swept: None,
             heartbeat,
             host,
         })

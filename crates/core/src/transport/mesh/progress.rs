@@ -1,6 +1,13 @@
-//! The progress loop: writes queued frames, reads every peer, serves receives, and between
-//! rounds without progress spins briefly, then sleeps (poll(2) on the sockets, or the
-//! shared-memory doorbell in short naps), noticing aborts, dead peers and deadlines.
+//! The progress loop: writes queued frames, reads peers, serves receives, and between rounds
+//! without progress spins briefly, then sleeps (poll(2) on the sockets, or the shared-memory
+//! doorbell in short naps), noticing aborts, dead peers and deadlines.
+//!
+//! A round reads the peers the operations in progress need, those poll(2) found readable,
+//! and every peer at least once per `SWEEP` (and after each shared-memory nap): a read of an
+//! idle socket is a system call, and at hundreds of peers reading every one each round cost
+//! more than the collective. A frame nobody waits for (an early collective frame, a
+//! point-to-point message, an abort, a goodbye) is still read within a sweep or as soon as
+//! this rank sleeps, and a dead peer still wakes the poll.
 
 use std::time::{Duration, Instant};
 
@@ -14,6 +21,8 @@ use crate::transport::{remaining, OpCtx};
 
 /// Longest sleep of an idle pump, so that new work queued behind posted receives starts soon.
 pub(super) const PUMP_NAP: Duration = Duration::from_micros(200);
+/// Longest time between two rounds that read every peer.
+const SWEEP: Duration = Duration::from_millis(1);
 
 impl MeshTransport {
     /// The progress loop: writes every queued frame, fills `recvs`, serves posted receives,
@@ -31,14 +40,10 @@ impl MeshTransport {
             self.match_stashed(ctx, recvs, i)?;
         }
         let mut spin = Spin::new();
+        // Peers poll(2) found readable, to read in the next round.
+        let mut ready: Vec<usize> = Vec::new();
         loop {
-            let mut moved = false;
-            for p in 0..self.size {
-                if p != self.rank {
-                    moved |= self.flush_peer(p)?;
-                    moved |= self.read_peer(p, ctx, recvs)?;
-                }
-            }
+            let moved = self.serve_peers(ctx, recvs, &mut ready)?;
             self.expire_p2p();
             if finished(self, recvs) {
                 return Ok(());
@@ -67,7 +72,7 @@ impl MeshTransport {
             };
             // Capped so that an abort is noticed while blocked.
             let wait = nap.map_or(left, |n| n.min(left)).min(interrupt::POLL);
-            self.block(wait)?;
+            self.block(wait, &mut ready)?;
             if nap.is_some() {
                 return Ok(());
             }
@@ -75,9 +80,48 @@ impl MeshTransport {
         }
     }
 
+    /// One round over the peers: writes and reads those an operation in progress needs, those
+    /// in `ready` (emptied), and every one when a sweep is due. Returns whether bytes moved.
+    pub(super) fn serve_peers(
+        &mut self,
+        ctx: Option<&OpCtx>,
+        recvs: &mut [StepRecv<'_>],
+        ready: &mut Vec<usize>,
+    ) -> Result<bool> {
+        let sweep = self.swept.is_none_or(|at| at.elapsed() >= SWEEP);
+        if sweep {
+            self.swept = Some(Instant::now());
+        }
+        let mut moved = false;
+        for p in 0..self.size {
+            if p != self.rank && (sweep || ready.contains(&p) || self.needed(p, recvs)) {
+                moved |= self.flush_peer(p)?;
+                moved |= self.read_peer(p, ctx, recvs)?;
+            }
+        }
+        ready.clear();
+        Ok(moved)
+    }
+
+    /// Whether an operation in progress needs peer `p` read or written now: a frame queued
+    /// for it, one half read from it, a receive of this step or a posted point-to-point
+    /// receive that it may serve, or a memory link (whose read costs no system call).
+    fn needed(&self, p: usize, recvs: &[StepRecv<'_>]) -> bool {
+        let Some(peer) = self.peers[p].as_ref() else {
+            return false;
+        };
+        !peer.txq.is_empty()
+            || peer.mid_frame()
+            || peer.link.in_memory()
+            || recvs.iter().any(|r| !r.done && r.peer == p)
+            || self.posted.iter().any(|r| r.src.is_none_or(|s| s == p))
+    }
+
     /// Sleeps until a peer may have made progress possible, or `left` passes: poll(2) on the
-    /// sockets, or the shared-memory doorbell (in short naps, checking that peers are alive).
-    pub(super) fn block(&mut self, left: Duration) -> Result<()> {
+    /// sockets (the peers found readable or writable are added to `ready`), or the
+    /// shared-memory doorbell (in short naps, checking that peers are alive; every peer is
+    /// read after one).
+    pub(super) fn block(&mut self, left: Duration, ready: &mut Vec<usize>) -> Result<()> {
         if let Some(host) = &self.host {
             let all_shm = self.peers.iter().flatten().all(|p| p.link.in_memory());
             let nap = left.min(Duration::from_millis(if all_shm { 5 } else { 1 }));
@@ -89,6 +133,8 @@ impl MeshTransport {
                             || (!peer.txq.is_empty() && peer.link.has_space()))
                 })
             });
+            // The TCP peers of a hierarchical group were not polled: the next round reads all.
+            self.swept = None;
             return self.check_alive();
         }
         let mut fds: Vec<libc::pollfd> = Vec::with_capacity(self.size);
@@ -102,9 +148,12 @@ impl MeshTransport {
             fds.extend(polled);
         }
         poll_fds(&mut fds, left);
-        // A broken link would wake every poll while its frame is held: the frame goes to the
-        // stash instead, so the next read meets the error.
         for (fd, p) in fds.iter().zip(owners) {
+            if fd.revents != 0 && ready.last() != Some(&p) {
+                ready.push(p);
+            }
+            // A broken link would wake every poll while its frame is held: the frame goes to
+            // the stash instead, so the next read meets the error.
             if fd.revents & (libc::POLLERR | libc::POLLHUP) != 0 {
                 self.release_held(p, None, &mut [])?;
             }

@@ -58,12 +58,8 @@ impl MeshTransport {
         }
         let mut spin = Spin::shared_memory(oversubscribed);
         loop {
-            for p in 0..self.size {
-                if p != self.rank {
-                    self.flush_peer(p)?;
-                    self.read_peer(p, Some(ctx), &mut [])?;
-                }
-            }
+            // The sockets are not polled here: the sweeps read them.
+            self.serve_peers(Some(ctx), &mut [], &mut Vec::new())?;
             // A peer still awaited here that has left (destroyed its group, exited cleanly)
             // will never arrive.
             let awaited = self.ws_missing(ctx, waited);

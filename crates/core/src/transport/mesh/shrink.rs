@@ -147,7 +147,7 @@ impl MeshTransport {
                     marker.step
                 )));
             };
-            self.block(left.min(crate::interrupt::POLL))?;
+            self.block(left.min(crate::interrupt::POLL), &mut Vec::new())?;
         }
     }
 
@@ -328,6 +328,7 @@ impl MeshTransport {
             streams: self.streams,
             ws,
             ws_seq: u64::MAX,
+            swept: None,
             heartbeat,
             host,
         }

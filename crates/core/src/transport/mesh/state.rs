@@ -48,6 +48,9 @@ pub struct MeshTransport {
     pub(super) ws: Option<Workspace>,
     /// The collective the workspace was last told about.
     pub(super) ws_seq: u64,
+    /// When the progress loop last read every peer (None: at the next round; see
+    /// `progress.rs`).
+    pub(super) swept: Option<Instant>,
     /// The links' one-way latency measured at connect (the same on every rank).
     pub(super) latency: Option<Duration>,
     /// The slowest link between hosts in bytes per second, measured at connect (the same on
@@ -236,11 +239,7 @@ pub(super) struct Peer {
 }
 
 impl Peer {
-    pub(super) fn new(
-        sock: TcpStream,
-        shm: Option<ShmPipe>,
-        extra: Vec<TcpStream>,
-    ) -> Peer {
+    pub(super) fn new(sock: TcpStream, shm: Option<ShmPipe>, extra: Vec<TcpStream>) -> Peer {
         Peer {
             link: Connection::new(sock, shm, extra),
             rx: RX_IDLE,
@@ -255,6 +254,12 @@ impl Peer {
             shrinking: Vec::new(),
             paused: false,
         }
+    }
+
+    /// Whether a frame from this peer is partly read (its header begun, or its payload
+    /// streaming somewhere).
+    pub(super) fn mid_frame(&self) -> bool {
+        !matches!(self.rx, Rx::Header { got: 0, .. } | Rx::Held(_))
     }
 
     /// Whether a collective frame from this peer waits in its link (see `rx::holds`).
