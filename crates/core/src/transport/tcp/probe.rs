@@ -102,8 +102,8 @@ pub fn agree_links(
     let agreed = format!("{prefix}/link_bandwidth");
     let text = if rank == 0 {
         let (mut slowest, mut window) = (rate, stream_window());
-        for r in 1..size {
-            let raw = store.get(&key(r), remaining(deadline))?;
+        let keys: Vec<String> = (1..size).map(key).collect();
+        for raw in store.multi_get(&keys, remaining(deadline))? {
             let raw = String::from_utf8_lossy(&raw);
             let mut fields = raw.split(' ');
             if let Some(Ok(r)) = fields.next().map(str::parse::<u64>) {
