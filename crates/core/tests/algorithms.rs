@@ -468,9 +468,10 @@ fn own_block_as_input(t: &dyn Transport, blocks: &mut [&mut [u8]]) -> Vec<u8> {
 #[test]
 fn all_gather_every_algorithm_world_length() {
     type GatherFn = fn(&mut dyn Transport, &OpCtx, &mut [&mut [u8]]) -> Result<()>;
-    let algos: [(&str, &[Layout], GatherFn); 9] = [
+    let algos: [(&str, &[Layout], GatherFn); 10] = [
         ("ring", &[Layout::Apart], allgather::ring::all_gather),
         ("direct", &[Layout::Apart], allgather::direct::all_gather),
+        ("bruck", &[Layout::Apart], allgather::bruck::all_gather),
         ("shm", &[Layout::Together], allgather::shm::all_gather),
         // Each peer's block read straight from its memory (one process here: threads).
         ("single copy", &[Layout::Together], |t, c, b| {
@@ -531,6 +532,54 @@ fn all_gather_every_algorithm_world_length() {
                             for (r, o) in outs.into_iter().enumerate() {
                                 assert!(o.expect(&what) == data, "{what}: rank {r}");
                             }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Bruck's all_gather where its steps get awkward: worlds up to 9 and past powers of two
+/// (the last step sends fewer blocks), blocks of 0 and odd byte counts, even and uneven, as
+/// the group API lays them out (views into one output with gaps between them), forced
+/// through the dispatcher and picked by it.
+#[test]
+fn bruck_all_gather_awkward_worlds_and_blocks() {
+    let forced = AlgoOverrides::parse("all_gather=bruck").unwrap();
+    let policy = AlgoOverrides::default();
+    let worlds = (1..=9).chain([13, 16, 33]);
+    for n in worlds {
+        for bytes in [0usize, 1, 3, 7, 4097] {
+            for uneven in [false, true] {
+                for o in [&forced, &policy] {
+                    let what = format!("n={n} bytes={bytes} uneven={uneven} {o:?}");
+                    let len = |i: usize| bytes + if uneven { i % 3 } else { 0 };
+                    let data: Vec<_> = (0..n).map(|i| input(DType::U8, len(i), i)).collect();
+                    const GAP: usize = 5;
+                    let count = if uneven { 0 } else { bytes };
+                    let c = ctx(CollectiveKind::AllGather, DType::U8, ReduceOp::Sum, count);
+                    let outs = run(n, |t| {
+                        let me = t.rank();
+                        let mut out = vec![0xCDu8; (0..n).map(|i| len(i) + GAP).sum()];
+                        let mut blocks: Vec<&mut [u8]> = Vec::new();
+                        let mut rest = out.as_mut_slice();
+                        for i in 0..n {
+                            let (block, tail) = std::mem::take(&mut rest).split_at_mut(len(i));
+                            rest = &mut tail[GAP..];
+                            blocks.push(block);
+                        }
+                        algorithms::all_gather_from(t, &c, Some(&data[me]), &mut blocks, o)
+                            .map(|_| out)
+                    });
+                    for (r, out) in outs.into_iter().enumerate() {
+                        let out = out.expect(&what);
+                        let mut at = 0;
+                        for (i, d) in data.iter().enumerate() {
+                            assert!(out[at..at + d.len()] == d[..], "{what}: rank {r} block {i}");
+                            let gap = &out[at + d.len()..at + d.len() + GAP];
+                            assert!(gap.iter().all(|&b| b == 0xCD), "{what}: rank {r} gap {i}");
+                            at += d.len() + GAP;
                         }
                     }
                 }

@@ -27,6 +27,7 @@ pub mod broadcast {
     pub mod single_copy;
 }
 pub mod allgather {
+    pub mod bruck;
     pub mod direct;
     pub mod hierarchical;
     pub mod ring;
@@ -228,7 +229,7 @@ pub fn all_gather_from(
     }
     let total: usize = blocks.iter().map(|b| b.len()).sum();
     let single_copy = common::single_copy_available(t);
-    let algo = algos.all_gather(total, t.link_kind(), single_copy);
+    let algo = algos.all_gather(total, t.size(), t.link_kind(), single_copy);
     let takes_input = matches!(algo, AllGatherAlgo::Shm | AllGatherAlgo::SingleCopy);
     if let (Some(src), false) = (input, takes_input) {
         blocks[own].copy_from_slice(src);
@@ -236,6 +237,7 @@ pub fn all_gather_from(
     match algo {
         AllGatherAlgo::Ring => allgather::ring::all_gather(t, ctx, blocks),
         AllGatherAlgo::Direct => allgather::direct::all_gather(t, ctx, blocks),
+        AllGatherAlgo::Bruck => allgather::bruck::all_gather(t, ctx, blocks),
         AllGatherAlgo::Shm => allgather::shm::all_gather_from(t, ctx, input, blocks),
         AllGatherAlgo::SingleCopy => allgather::single_copy::all_gather_from(t, ctx, input, blocks),
         AllGatherAlgo::Hierarchical => allgather::hierarchical::all_gather(t, ctx, blocks),

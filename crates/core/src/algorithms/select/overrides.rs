@@ -60,6 +60,7 @@ algo_enum!(
     AllGatherAlgo, "all_gather", {
         Ring = "ring",
         Direct = "direct",
+        Bruck = "bruck",
         Shm = "shm",
         SingleCopy = "shm_single_copy",
         Hierarchical = "hierarchical",
@@ -275,6 +276,11 @@ mod tests {
             AlgoOverrides::parse("ring,all_reduce=recursive_doubling,all-gather=direct").unwrap();
         assert_eq!(o.all_reduce, Some(AllReduceAlgo::RecursiveDoubling));
         assert_eq!(o.all_gather, Some(AllGatherAlgo::Direct));
+        let o = AlgoOverrides::parse("bruck").unwrap();
+        assert_eq!(o.all_gather, Some(AllGatherAlgo::Bruck));
+        assert_eq!(o.all_reduce, None);
+        let o = AlgoOverrides::parse("all_gather=Bruck").unwrap();
+        assert_eq!(o.all_gather, Some(AllGatherAlgo::Bruck));
         let o = AlgoOverrides::parse("shm").unwrap();
         assert_eq!(o.broadcast, Some(BroadcastAlgo::Shm));
         assert_eq!(o.gather, Some(GatherAlgo::Shm));

@@ -12,6 +12,7 @@ use super::overrides::{
 use super::thresholds::{
     RING_CHUNK_BYTES, RING_CHUNK_BYTES_SLOW_LINK, RING_PIECE_BYTES_SLOW_LINK,
     SHARED_CORES_SINGLE_COPY_ALL_TO_ALL_MIN_BYTES, SHM_ALL_REDUCE_ONESHOT_MAX_BYTES,
+    TCP_ALL_GATHER_BRUCK_MAX_BLOCK_BYTES, TCP_ALL_GATHER_BRUCK_MIN_WORLD,
     TCP_ALL_GATHER_DIRECT_MAX_BYTES, TCP_ALL_REDUCE_RD_MAX_BYTES,
     TCP_BROADCAST_CHAIN_HOST_BOUND_MIN_BYTES, TCP_BROADCAST_CHAIN_MIN_BYTES,
 };
@@ -137,11 +138,12 @@ impl AlgoOverrides {
             .broadcast(bytes, hosts, LinkKind::Tcp, SingleCopy::Unavailable)
     }
 
-    /// all_gather of `total_bytes` gathered on every rank; `single_copy`: whether the ranks on
-    /// the host may read each other's memory, each with a core.
+    /// all_gather of `total_bytes` gathered on every rank of `world`; `single_copy`: whether
+    /// the ranks on the host may read each other's memory, each with a core.
     pub fn all_gather(
         &self,
         total_bytes: usize,
+        world: usize,
         link: LinkKind,
         single_copy: SingleCopy,
     ) -> AllGatherAlgo {
@@ -154,6 +156,15 @@ impl AlgoOverrides {
             }
             LinkKind::SharedMemory => AllGatherAlgo::Shm,
             LinkKind::Hierarchical => AllGatherAlgo::Hierarchical,
+            // Few peers per rank where the direct exchange talks to every one and the ring
+            // takes n-1 steps; past the band its extra copies cost more than it saves.
+            LinkKind::Tcp
+                if world >= TCP_ALL_GATHER_BRUCK_MIN_WORLD
+                    && total_bytes
+                        <= world * self.tcp.scale(TCP_ALL_GATHER_BRUCK_MAX_BLOCK_BYTES) =>
+            {
+                AllGatherAlgo::Bruck
+            }
             LinkKind::Tcp if total_bytes <= self.tcp.scale(TCP_ALL_GATHER_DIRECT_MAX_BYTES) => {
                 AllGatherAlgo::Direct
             }
@@ -162,9 +173,9 @@ impl AlgoOverrides {
     }
 
     /// The algorithm the leaders of a hierarchical all_gather run among themselves.
-    pub fn all_gather_between_hosts(&self, total_bytes: usize) -> AllGatherAlgo {
+    pub fn all_gather_between_hosts(&self, total_bytes: usize, hosts: usize) -> AllGatherAlgo {
         self.policy()
-            .all_gather(total_bytes, LinkKind::Tcp, SingleCopy::Unavailable)
+            .all_gather(total_bytes, hosts, LinkKind::Tcp, SingleCopy::Unavailable)
     }
 
     pub fn reduce_scatter(&self, link: LinkKind) -> ReduceScatterAlgo {

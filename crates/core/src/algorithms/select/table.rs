@@ -49,7 +49,10 @@ pub fn table(
                         "broadcast",
                         o.broadcast(bytes, world, link, one_copy).name(),
                     ),
-                    ("all_gather", o.all_gather(bytes, link, one_copy).name()),
+                    (
+                        "all_gather",
+                        o.all_gather(bytes, world, link, one_copy).name(),
+                    ),
                     ("reduce_scatter", o.reduce_scatter(link).name()),
                     ("reduce", o.reduce(link).name()),
                     ("gather", o.gather(link).name()),

@@ -120,7 +120,10 @@ fn defaults_depend_on_size_and_links() {
         intel.broadcast(64 << 10, 2, tcp, CoreEach),
         BroadcastAlgo::BinomialTree
     );
-    assert_eq!(o.all_gather(100, tcp, Unavailable), AllGatherAlgo::Direct);
+    assert_eq!(
+        o.all_gather(100, 4, tcp, Unavailable),
+        AllGatherAlgo::Direct
+    );
     // One copy from the peers' memory where the ranks may read it: 256 KiB to 4 MiB,
     // 32 KiB to 16 MiB on Intel's CPUs.
     for (bytes, algo, on_intel) in [
@@ -145,19 +148,22 @@ fn defaults_depend_on_size_and_links() {
         (16 << 20, AllGatherAlgo::Shm, AllGatherAlgo::SingleCopy),
         ((16 << 20) + 1, AllGatherAlgo::Shm, AllGatherAlgo::Shm),
     ] {
-        assert_eq!(o.all_gather(bytes, shm, CoreEach), algo, "{bytes} bytes");
+        assert_eq!(o.all_gather(bytes, 4, shm, CoreEach), algo, "{bytes} bytes");
         assert_eq!(
-            intel.all_gather(bytes, shm, CoreEach),
+            intel.all_gather(bytes, 4, shm, CoreEach),
             on_intel,
             "{bytes} bytes, Intel"
         );
     }
     assert_eq!(
-        intel.all_gather(1 << 20, shm, Unavailable),
+        intel.all_gather(1 << 20, 4, shm, Unavailable),
         AllGatherAlgo::Shm
     );
-    assert_eq!(o.all_gather(1 << 20, shm, Unavailable), AllGatherAlgo::Shm);
-    assert_eq!(o.all_gather(1 << 20, tcp, CoreEach), AllGatherAlgo::Ring);
+    assert_eq!(
+        o.all_gather(1 << 20, 4, shm, Unavailable),
+        AllGatherAlgo::Shm
+    );
+    assert_eq!(o.all_gather(1 << 20, 4, tcp, CoreEach), AllGatherAlgo::Ring);
     // Equal blocks read in one copy where the ranks may (and their addresses fit a flag
     // entry): on Intel's CPUs from 32 KiB per rank.
     for (bytes, world, on_intel) in [
@@ -202,7 +208,7 @@ fn defaults_depend_on_size_and_links() {
         BroadcastAlgo::Shm
     );
     assert_eq!(
-        intel.all_gather(1 << 20, shm, SharedCores),
+        intel.all_gather(1 << 20, 4, shm, SharedCores),
         AllGatherAlgo::Shm
     );
     assert_eq!(
@@ -313,11 +319,11 @@ fn tcp_crossovers_follow_the_bandwidth_delay_product() {
         BroadcastAlgo::Chain
     );
     assert_eq!(
-        reference.all_gather(128 << 10, tcp, Unavailable),
+        reference.all_gather(128 << 10, 4, tcp, Unavailable),
         AllGatherAlgo::Direct
     );
     assert_eq!(
-        slow.all_gather(128 << 10, tcp, Unavailable),
+        slow.all_gather(128 << 10, 4, tcp, Unavailable),
         AllGatherAlgo::Ring
     );
     // A 10 Gbit/s link 1 ms away: latency dominates up to far larger sizes.
@@ -362,4 +368,59 @@ fn tcp_crossovers_follow_the_bandwidth_delay_product() {
         forced.all_reduce(64 << 20, 4, tcp, Unavailable),
         AllReduceAlgo::RecursiveDoubling
     );
+}
+
+#[test]
+fn tcp_all_gather_runs_bruck_on_many_ranks_up_to_8_kib_a_block() {
+    let (reference, tcp) = (AlgoOverrides::default(), LinkKind::Tcp);
+    let pick = |o: &AlgoOverrides, bytes, world| o.all_gather(bytes, world, tcp, Unavailable);
+    // Up to 7 ranks as before: the direct exchange, then the ring.
+    assert_eq!(pick(&reference, 64, 4), AllGatherAlgo::Direct);
+    assert_eq!(pick(&reference, 64, 7), AllGatherAlgo::Direct);
+    assert_eq!(pick(&reference, (256 << 10) + 1, 7), AllGatherAlgo::Ring);
+    // From 8 ranks, Bruck's up to 8 KiB per rank, then the direct exchange or the ring.
+    for (bytes, world, algo) in [
+        (0, 8, AllGatherAlgo::Bruck),
+        (64 << 10, 8, AllGatherAlgo::Bruck),
+        ((64 << 10) + 1, 8, AllGatherAlgo::Direct),
+        ((256 << 10) + 1, 8, AllGatherAlgo::Ring),
+        (128 << 10, 16, AllGatherAlgo::Bruck),
+        ((128 << 10) + 1, 16, AllGatherAlgo::Direct),
+        (256 << 10, 32, AllGatherAlgo::Bruck),
+        ((256 << 10) + 1, 32, AllGatherAlgo::Ring),
+        (512 << 10, 64, AllGatherAlgo::Bruck),
+        ((512 << 10) + 1, 64, AllGatherAlgo::Ring),
+        (8 << 20, 1024, AllGatherAlgo::Bruck),
+    ] {
+        assert_eq!(
+            pick(&reference, bytes, world),
+            algo,
+            "{bytes} bytes, {world} ranks"
+        );
+    }
+    // On a 1 Gbit/s link the band shrinks with the bandwidth-delay product (1/16).
+    let slow = on(40, 125_000_000);
+    assert_eq!(pick(&slow, 4 << 10, 8), AllGatherAlgo::Bruck);
+    assert_eq!(pick(&slow, (4 << 10) + 1, 8), AllGatherAlgo::Direct);
+    assert_eq!(pick(&slow, (16 << 10) + 1, 8), AllGatherAlgo::Ring);
+    // Leaders between hosts follow the same rule; forcing wins everywhere.
+    assert_eq!(
+        reference.all_gather_between_hosts(1 << 10, 8),
+        AllGatherAlgo::Bruck
+    );
+    assert_eq!(
+        reference.all_gather_between_hosts(1 << 10, 4),
+        AllGatherAlgo::Direct
+    );
+    let forced = AlgoOverrides::parse("all_gather=bruck").unwrap();
+    assert_eq!(pick(&forced, 64 << 20, 2), AllGatherAlgo::Bruck);
+    // The table shows it per world.
+    let rows = table(&reference, &[4, 8], &[1 << 10], 2);
+    let tcp_pick = |world: usize| {
+        rows.iter()
+            .find(|r| r.collective == "all_gather" && r.link == tcp && r.world == world)
+            .map(|r| r.algorithm)
+    };
+    assert_eq!(tcp_pick(4), Some("direct"));
+    assert_eq!(tcp_pick(8), Some("bruck"));
 }

@@ -28,6 +28,12 @@ pub(super) const TCP_BROADCAST_CHAIN_HOST_BOUND_MIN_BYTES: usize = 8 << 20;
 /// all_gather up to this many bytes in total runs the direct exchange, above it the ring.
 /// Loopback (tuning.md, "TCP all_gather").
 pub(super) const TCP_ALL_GATHER_DIRECT_MAX_BYTES: usize = 256 << 10;
+/// all_gather on this many ranks or more runs Bruck's (log2 n steps) while the gathered bytes
+/// are at most `TCP_ALL_GATHER_BRUCK_MAX_BLOCK_BYTES` per rank. Loopback, 4-64 ranks as
+/// threads (tuning.md, "all_gather at large worlds: Bruck").
+pub(super) const TCP_ALL_GATHER_BRUCK_MIN_WORLD: usize = 8;
+/// See `TCP_ALL_GATHER_BRUCK_MIN_WORLD`.
+pub(super) const TCP_ALL_GATHER_BRUCK_MAX_BLOCK_BYTES: usize = 8 << 10;
 
 // Shared memory, every CPU kind.
 
