@@ -86,20 +86,28 @@ impl MeshTransport {
             len: payload.len() as u64,
         };
         let deadline = Instant::now() + Duration::from_millis(200);
-        for p in 0..self.size {
-            match self.peers[p].as_ref() {
-                Some(peer) if !peer.closed => {}
-                _ => continue,
-            }
-            let Ok(ticket) = self.queue_ahead(p, OutFrame::owned(hdr, payload.to_vec())) else {
-                continue;
-            };
-            while !self.flushed(p, ticket) && Instant::now() < deadline {
-                match self.flush_peer(p) {
-                    Ok(true) => {}
-                    Ok(false) => std::thread::sleep(Duration::from_millis(1)),
-                    Err(_) => break,
+        let open: Vec<usize> = (0..self.size)
+            .filter(|&p| self.peers[p].as_ref().is_some_and(|peer| !peer.closed))
+            .collect();
+        let mut pending: Vec<(usize, u64)> = open
+            .into_iter()
+            .filter_map(|p| {
+                let ticket = self.queue_ahead(p, OutFrame::owned(hdr, payload.to_vec()));
+                ticket.ok().map(|t| (p, t))
+            })
+            .collect();
+        // Round the peers, so that one whose link is full cannot use up the time of the rest.
+        while !pending.is_empty() && Instant::now() < deadline {
+            let mut moved = false;
+            pending.retain(|&(p, ticket)| match self.flush_peer(p) {
+                Ok(m) => {
+                    moved |= m;
+                    !self.flushed(p, ticket)
                 }
+                Err(_) => false,
+            });
+            if !moved && !pending.is_empty() {
+                std::thread::sleep(Duration::from_millis(1));
             }
         }
     }
