@@ -5,6 +5,9 @@ Run as ``python -m rustdist.bench`` (``./dev bench`` builds the wheel and runs i
 * default: rustdist vs gloo on CPU tensors; ``--vs mpi`` adds Open MPI through mpi4py.
 * ``--device cuda``: rustdist's NCCL path vs torch's ProcessGroupNCCL on CUDA tensors.
 * ``--soak``: 100,000 mixed operations through rustdist, watching memory, fds and threads.
+* ``--scale``: a world's cost against its size (8 ... 512 ranks, numpy ranks without torch):
+  init, first collective, threads, fds, RSS and idle CPU per rank, small collectives'
+  latency, beside gloo where torch ranks fit (``scale.py``, docs/scale.md).
 * ``--show-selection``: prints which algorithm rustdist's engine picks, runs nothing.
 
 Worlds. For each world size the ranks are started once (``launch.py``): local processes, or

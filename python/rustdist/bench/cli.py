@@ -12,7 +12,7 @@ import time
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 from . import __doc__ as PACKAGE_DOC
-from . import plot, recovery, report, soak, train
+from . import plot, recovery, report, scale, soak, train
 from .common import LABELS, OPS, SIZES, Config, fmt_size, machine, parse_size
 from .launch import Launcher, free_port, mpi_problem, mpi_version, run_world, start_ranks
 from .progress import Progress
@@ -20,7 +20,7 @@ from .selection import format_selection, selection_table
 
 MASTER_ADDR = "127.0.0.1"
 DEFAULT_WORLDS = {"compare": [2, 4], "cuda": [1], "soak": [4], "recovery": [2, 3, 4],
-                  "train": [2, 4]}
+                  "train": [2, 4], "scale": [8, 16, 32, 64]}
 SOAK_OPS = 100_000
 MAX_ITERS = 2000
 
@@ -75,7 +75,14 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                    help="print which algorithm rustdist picks per collective, link kind, world "
                         "and size, and run nothing")
     train.add_arguments(p)
+    scale.add_arguments(p)
     args = p.parse_args(argv)
+    if args.scale and (args.train or args.soak or args.recovery or args.vs
+                       or args.device == "cuda"):
+        p.error("--scale runs its own sides on the CPU: not with --train, --soak, --recovery, "
+                "--vs or --device cuda")
+    if args.scale:
+        scale.check_args(p, args)
     if args.train and (args.soak or args.recovery or args.vs or args.device == "cuda"
                        or args.link):
         p.error("--train runs its own sides on the CPU of one host: not with --soak, "
@@ -94,7 +101,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
         p.error("--vs mpi compares CPU collectives; not with --device cuda")
     if args.bind is None:
         args.bind = args.vs == "mpi"
-    args.mode = ("train" if args.train else "soak" if args.soak
+    args.mode = ("scale" if args.scale else "train" if args.train else "soak" if args.soak
                  else "recovery" if args.recovery
                  else "cuda" if args.device == "cuda" else "compare")
     args.world = args.world or DEFAULT_WORLDS[args.mode]
@@ -336,7 +343,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     mach = machine()
     if args.vs == "mpi":
         mach["mpi"] = mpi_version()
-    runs = {"soak": soak_run, "recovery": recovery_run, "train": train.train_run}
+    runs = {"soak": soak_run, "recovery": recovery_run, "train": train.train_run,
+            "scale": scale.scale_run}
     return runs.get(args.mode, compare)(args, mach)
 
 
