@@ -20,6 +20,21 @@ use crate::algorithms::params::RingShape;
 use crate::transport::workspace::SingleCopy;
 use crate::transport::LinkKind;
 
+/// How far the recursive doubling / ring crossover of all_reduce moves up from 4 ranks to
+/// `world`: the ring's 2(n - 1) steps of latency against doubling's log2 n, with n - 1 over n
+/// of the bytes twice against log2 n times, cross where the bytes are (2(n - 1) - log2 n) /
+/// (log2 n - 2(n - 1)/n) bandwidth-delay products: 8 at 4 ranks, 12 at 16, 30 at 64, 254 at
+/// 1,024 (docs/tuning.md, "all_reduce at large worlds"). 1 up to 4 ranks, where the
+/// threshold was measured.
+pub(super) fn ring_crossover_growth(world: usize) -> f64 {
+    let crossover = |n: f64| (2.0 * (n - 1.0) - n.log2()) / (n.log2() - 2.0 * (n - 1.0) / n);
+    if world <= 4 {
+        1.0
+    } else {
+        crossover(world as f64) / crossover(4.0)
+    }
+}
+
 impl AlgoOverrides {
     /// all_reduce of `bytes` per rank on `world` ranks; `single_copy`: whether the ranks on the
     /// host may read each other's memory, each with a core.
@@ -47,7 +62,10 @@ impl AlgoOverrides {
             LinkKind::Hierarchical => AllReduceAlgo::Hierarchical,
             LinkKind::Tcp
                 if bytes <= self.tcp.scale(TCP_ALL_REDUCE_RD_MAX_BYTES / 4)
-                    || world > 2 && bytes <= self.tcp.scale(TCP_ALL_REDUCE_RD_MAX_BYTES) =>
+                    || world > 2
+                        && bytes as f64
+                            <= self.tcp.scale(TCP_ALL_REDUCE_RD_MAX_BYTES) as f64
+                                * ring_crossover_growth(world) =>
             {
                 AllReduceAlgo::RecursiveDoubling
             }

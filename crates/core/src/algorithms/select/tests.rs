@@ -424,3 +424,40 @@ fn tcp_all_gather_runs_bruck_on_many_ranks_up_to_8_kib_a_block() {
     assert_eq!(tcp_pick(4), Some("direct"));
     assert_eq!(tcp_pick(8), Some("bruck"));
 }
+
+#[test]
+fn tcp_all_reduce_keeps_recursive_doubling_to_larger_sizes_on_more_ranks() {
+    use super::policy::ring_crossover_growth;
+    let o = AlgoOverrides::default();
+    let tcp = LinkKind::Tcp;
+    assert_eq!(ring_crossover_growth(4), 1.0);
+    assert!((ring_crossover_growth(64) - 29.8 / 8.0).abs() < 0.05);
+    assert!((ring_crossover_growth(1024) - 254.5 / 8.0).abs() < 0.1);
+    // At 4 ranks as before: the ring from past 256 KiB.
+    assert_eq!(
+        o.all_reduce(1 << 20, 4, tcp, Unavailable),
+        AllReduceAlgo::Ring
+    );
+    // Up to 952 KiB at 64 ranks (doubling's 6 steps against the ring's 126), 1.5 MiB at 128;
+    // 16 MiB still rings.
+    assert_eq!(
+        o.all_reduce(900 << 10, 64, tcp, Unavailable),
+        AllReduceAlgo::RecursiveDoubling
+    );
+    assert_eq!(
+        o.all_reduce(1 << 20, 64, tcp, Unavailable),
+        AllReduceAlgo::Ring
+    );
+    assert_eq!(
+        o.all_reduce(1 << 20, 128, tcp, Unavailable),
+        AllReduceAlgo::RecursiveDoubling
+    );
+    assert_eq!(
+        o.all_reduce(16 << 20, 64, tcp, Unavailable),
+        AllReduceAlgo::Ring
+    );
+    assert_eq!(
+        o.all_reduce(4 << 20, 1024, tcp, Unavailable),
+        AllReduceAlgo::RecursiveDoubling
+    );
+}
