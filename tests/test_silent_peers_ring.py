@@ -17,6 +17,7 @@ import time
 import pytest
 
 from harness import reaped
+from test_silent_peers import go, outcome
 
 from rustdist.bench.launch import free_port
 
@@ -64,22 +65,6 @@ def start(world: int, env: dict[str, str], timeout: float) -> list[subprocess.Po
         line = p.stdout.readline().strip()
         assert line == "ready", f"rank {r}: {line!r}"
     return procs
-
-
-def go(procs: list[subprocess.Popen[str]]) -> None:
-    for p in procs:
-        assert p.stdin is not None
-        p.stdin.write("go\n")
-        p.stdin.flush()
-
-
-def outcome(p: subprocess.Popen[str]) -> tuple[float, str]:
-    """When and how a rank's barrier failed."""
-    assert p.stdout is not None
-    line = p.stdout.readline().strip()
-    m = re.match(r"failed (\S+) (.*)", line)
-    assert m, f"expected a failure, got {line!r}"
-    return float(m.group(1)), m.group(2)
 
 
 @pytest.mark.parametrize("world", [8, 24])

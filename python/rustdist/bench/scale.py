@@ -47,7 +47,7 @@ import tempfile
 import time
 from typing import Any, Iterator, Optional
 
-from . import plot, scale_rank
+from . import plot, scale_model, scale_rank
 from .launch import FAIL_GRACE_S, Follower, Launcher, _stop, free_port, start_ranks
 from .progress import Progress
 
@@ -107,6 +107,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scale-timeout", type=float, metavar="S",
                    help="--scale: seconds a world may take to start, from the common start "
                         "(default 60 + W/4)")
+    p.add_argument("--model", nargs="+", metavar="JSON",
+                   help="--scale: run nothing; project 1k-100k ranks from these measured "
+                        "--scale results (scale_model.py says how)")
+    p.add_argument("--model-latency-us", type=float, default=scale_model.REFERENCE_LATENCY_US,
+                   help="--model: the links' one-way latency (default: the engine's reference "
+                        "link, TCP loopback, 40 us)")
+    p.add_argument("--model-bandwidth", type=float, default=scale_model.REFERENCE_BANDWIDTH,
+                   help="--model: the links' bandwidth in bytes/s (default 2e9)")
 
 
 def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -560,6 +568,8 @@ def build() -> dict[str, Any]:
 def scale_run(args: argparse.Namespace, mach: dict[str, Any]) -> int:
     """Every side at every world size: prints the table, writes the JSON and the plots; 1
     when a world did not start, failed or computed a wrong result."""
+    if args.model:
+        return scale_model.model_run(args.model, args.model_latency_us, args.model_bandwidth)
     mach = {**mach, **build()}
     # Stopped with SIGTERM, the bench unwinds: every world's ranks are stopped, its run folder
     # and test hosts removed.
