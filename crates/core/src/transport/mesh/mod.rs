@@ -4,8 +4,9 @@
 //!
 //! Every call reads from every peer (those it needs each round, the rest at least once a
 //! millisecond and whenever poll(2) says), so a peer that dies (EOF) or aborts is noticed by
-//! every rank at once, not only by its ring neighbours. Outgoing frames queue per peer and are written whole
-//! and in order, so a point-to-point send never interleaves with a collective's frame.
+//! every rank at once, not only by its ring neighbours. Outgoing frames queue per peer and are
+//! written whole and in order, so a point-to-point send never interleaves with a collective's
+//! frame.
 //! Point-to-point operations are posted and complete whenever their bytes have moved, during any
 //! later call, so an `irecv` never blocks the collectives queued after it. Errors are sticky:
 //! once failed, the transport fails every pending and later operation.
