@@ -22,15 +22,36 @@ use crate::transport::workspace::{Workspace, REGION_BYTES};
 /// Bytes of one ring's data area: large enough that big messages move in few wake-ups, small
 /// enough to stay cache-friendly.
 const RING_BYTES: usize = 1 << 20;
+/// The rings of one segment (one per rank of the group) share this much at most, down to
+/// `MIN_RING_BYTES` each: a segment of a world of 512 would otherwise map 512 MiB.
+const RING_BUDGET_BYTES: usize = 64 << 20;
+const MIN_RING_BYTES: usize = 64 << 10;
 const LINE: usize = 64;
 const BELL_BYTES: usize = 2 * LINE;
 const RING_HEADER: usize = 2 * LINE;
-const RING_STRIDE: usize = RING_HEADER + RING_BYTES;
+
+/// The data bytes of each ring of a segment made for a group of `slots` ranks (a power of
+/// two): `RING_BYTES` up to 64 ranks, less beyond.
+fn ring_bytes(slots: usize) -> usize {
+    let share = RING_BUDGET_BYTES / slots.max(1);
+    let pow2 = if share.is_power_of_two() {
+        share
+    } else {
+        share.next_power_of_two() / 2
+    };
+    pow2.clamp(MIN_RING_BYTES, RING_BYTES)
+}
+
+fn ring_stride(slots: usize) -> usize {
+    RING_HEADER + ring_bytes(slots)
+}
 
 /// A shared mapping of one rank's segment.
 pub struct Segment {
     base: *mut u8,
     len: usize,
+    /// Ring slots: the size of the group it was made for.
+    slots: usize,
     name: CString,
     owner: bool,
 }
@@ -48,7 +69,7 @@ fn os_error(what: &str) -> Error {
 impl Segment {
     /// Offset of the workspace region: after the rings, on a page boundary.
     fn workspace_offset(size: usize) -> usize {
-        (BELL_BYTES + size * RING_STRIDE).div_ceil(4096) * 4096
+        (BELL_BYTES + size * ring_stride(size)).div_ceil(4096) * 4096
     }
 
     fn len_for(size: usize) -> usize {
@@ -70,16 +91,14 @@ impl Segment {
         if fd < 0 {
             return Err(os_error("cannot create shared memory"));
         }
-        // Reserve the pages now: a full /dev/shm must fail here, not with SIGBUS on first use.
+        // Sparse: only the parts the ranks on this host use are reserved, once they are known
+        // (`reserve`); a ring per rank of a large group would be hundreds of MiB.
         // SAFETY: fd is a valid shared-memory descriptor we own.
-        let sized = unsafe { libc::posix_fallocate(fd, 0, len as libc::off_t) };
+        let sized = unsafe { libc::ftruncate(fd, len as libc::off_t) };
         let seg = if sized == 0 {
-            Self::map(fd, cname.clone(), len, true)
+            Self::map(fd, cname.clone(), len, size, true)
         } else {
-            Err(Error::network(format!(
-                "cannot reserve {len} bytes of shared memory: {}",
-                io::Error::from_raw_os_error(sized)
-            )))
+            Err(os_error("cannot size shared memory"))
         };
         // SAFETY: fd is valid and no longer needed once mapped (the mapping keeps the object).
         unsafe { libc::close(fd) };
@@ -98,13 +117,13 @@ impl Segment {
         if fd < 0 {
             return Err(os_error("cannot open a peer's shared memory"));
         }
-        let seg = Self::map(fd, cname, Self::len_for(size), false);
+        let seg = Self::map(fd, cname, Self::len_for(size), size, false);
         // SAFETY: fd is valid and no longer needed once mapped.
         unsafe { libc::close(fd) };
         seg
     }
 
-    fn map(fd: i32, name: CString, len: usize, owner: bool) -> Result<Segment> {
+    fn map(fd: i32, name: CString, len: usize, slots: usize, owner: bool) -> Result<Segment> {
         // SAFETY: mapping `len` bytes of a shared-memory object sized to at least `len`.
         let base = unsafe {
             libc::mmap(
@@ -122,9 +141,45 @@ impl Segment {
         Ok(Segment {
             base: base as *mut u8,
             len,
+            slots,
             name,
             owner,
         })
+    }
+
+    /// Reserves the pages this host's ranks will use (the doorbell, the rings of `writers`,
+    /// the workspace), so that a full /dev/shm fails here, not with SIGBUS on first use.
+    fn reserve(&self, writers: &[usize]) -> Result<()> {
+        // SAFETY: shm_open of this segment's own name (still linked: peers map it by name).
+        let fd = unsafe { libc::shm_open(self.name.as_ptr(), libc::O_RDWR, 0) };
+        if fd < 0 {
+            return Err(os_error("cannot reopen this rank's shared memory"));
+        }
+        let stride = ring_stride(self.slots);
+        let ranges = std::iter::once((0, BELL_BYTES))
+            .chain(writers.iter().map(|&w| (BELL_BYTES + w * stride, stride)))
+            .chain(std::iter::once((
+                Self::workspace_offset(self.slots),
+                REGION_BYTES,
+            )));
+        let mut failed = 0;
+        for (at, len) in ranges {
+            // SAFETY: fd is a valid shared-memory descriptor; the range lies in the object.
+            failed = unsafe { libc::posix_fallocate(fd, at as libc::off_t, len as libc::off_t) };
+            if failed != 0 {
+                break;
+            }
+        }
+        // SAFETY: fd is valid and ours.
+        unsafe { libc::close(fd) };
+        if failed != 0 {
+            return Err(Error::network(format!(
+                "cannot reserve shared memory for the {} ranks on this host (is /dev/shm full?): {}",
+                writers.len(),
+                io::Error::from_raw_os_error(failed)
+            )));
+        }
+        Ok(())
     }
 
     /// Removes the name once every peer has mapped it, so nothing outlives the processes.
@@ -145,13 +200,14 @@ impl Segment {
     /// The ring that rank `writer` fills in this segment.
     fn ring(&self, writer: usize) -> Ring {
         // SAFETY: writer < size, so the ring lies inside the mapping.
-        let hdr = unsafe { self.base.add(BELL_BYTES + writer * RING_STRIDE) };
+        let hdr = unsafe { self.base.add(BELL_BYTES + writer * ring_stride(self.slots)) };
         // SAFETY: the header's two lines and the data area lie inside the mapping.
         let (tail, data) = unsafe { (hdr.add(LINE), hdr.add(RING_HEADER)) };
         Ring {
             head: hdr as *const AtomicU64,
             tail: tail as *const AtomicU64,
             data,
+            cap: ring_bytes(self.slots),
         }
     }
 }
@@ -204,6 +260,8 @@ struct Ring {
     head: *const AtomicU64,
     tail: *const AtomicU64,
     data: *mut u8,
+    /// Bytes of the data area.
+    cap: usize,
 }
 
 impl Ring {
@@ -221,7 +279,7 @@ impl Ring {
     fn write(&self, bufs: &[IoSlice<'_>]) -> usize {
         let head = self.head().load(Ordering::Relaxed);
         let tail = self.tail().load(Ordering::Acquire);
-        let mut free = RING_BYTES - (head - tail) as usize;
+        let mut free = self.cap - (head - tail) as usize;
         let mut pos = head;
         for b in bufs {
             let n = b.len().min(free);
@@ -237,10 +295,10 @@ impl Ring {
     }
 
     fn copy_in(&self, pos: u64, src: &[u8]) {
-        let at = (pos % RING_BYTES as u64) as usize;
-        let first = src.len().min(RING_BYTES - at);
+        let at = (pos % self.cap as u64) as usize;
+        let first = src.len().min(self.cap - at);
         // SAFETY: both ranges lie inside the ring's data area, in the part the consumer has
-        // released (head - tail <= RING_BYTES), so nobody reads them concurrently.
+        // released (head - tail <= cap), so nobody reads them concurrently.
         unsafe {
             std::ptr::copy_nonoverlapping(src.as_ptr(), self.data.add(at), first);
             std::ptr::copy_nonoverlapping(src.as_ptr().add(first), self.data, src.len() - first);
@@ -255,8 +313,8 @@ impl Ring {
         if n == 0 {
             return 0;
         }
-        let at = (tail % RING_BYTES as u64) as usize;
-        let first = n.min(RING_BYTES - at);
+        let at = (tail % self.cap as u64) as usize;
+        let first = n.min(self.cap - at);
         // SAFETY: [tail, tail + n) was published by the producer (head >= tail + n) and is not
         // overwritten until we advance tail.
         unsafe {
@@ -272,8 +330,7 @@ impl Ring {
     }
 
     fn has_space(&self) -> bool {
-        self.head().load(Ordering::Relaxed) - self.tail().load(Ordering::Acquire)
-            < RING_BYTES as u64
+        self.head().load(Ordering::Relaxed) - self.tail().load(Ordering::Acquire) < self.cap as u64
     }
 }
 
@@ -590,6 +647,10 @@ pub fn share_memory(
     let Some(own) = own else {
         return Ok((None, host_of));
     };
+    let writers: Vec<usize> = (0..size)
+        .filter(|&p| p != rank && host_of[p] == host_of[rank])
+        .collect();
+    own.reserve(&writers)?;
     let mut segments: Vec<Option<Segment>> = (0..size).map(|_| None).collect();
     for (p, slot) in segments.iter_mut().enumerate() {
         if p != rank && host_of[p] == host_of[rank] {
@@ -661,6 +722,31 @@ mod tests {
     fn shared_cores_falls_back_to_this_process_when_a_list_is_missing_or_bad() {
         assert_eq!(shared_cores(["0", ""].into_iter()), own_count());
         assert_eq!(shared_cores(["0", "1,x"].into_iter()), own_count());
+    }
+
+    #[test]
+    fn rings_shrink_past_64_ranks_and_carry_bytes_across_their_wrap() {
+        assert_eq!(ring_bytes(2), RING_BYTES);
+        assert_eq!(ring_bytes(64), RING_BYTES);
+        assert_eq!(ring_bytes(100), 512 << 10);
+        assert_eq!(ring_bytes(512), 128 << 10);
+        assert_eq!(ring_bytes(100_000), MIN_RING_BYTES);
+        // A segment of a world of 1,024 (64 KiB rings): bytes through ring 700 in pieces that
+        // straddle its end come out whole and in order.
+        let name = format!("/rustdist-test-{}-ring", std::process::id());
+        let seg = Segment::create(&name, 1024).unwrap();
+        seg.reserve(&[700]).unwrap();
+        let ring = seg.ring(700);
+        let sent: Vec<u8> = (0..3 * MIN_RING_BYTES).map(|i| (i % 251) as u8).collect();
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 40_000];
+        let mut at = 0;
+        while got.len() < sent.len() {
+            at += ring.write(&[IoSlice::new(&sent[at..(at + 50_000).min(sent.len())])]);
+            let n = ring.read(&mut buf);
+            got.extend_from_slice(&buf[..n]);
+        }
+        assert!(got == sent, "bytes changed in the ring");
     }
 
     #[test]
