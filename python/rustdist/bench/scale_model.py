@@ -8,9 +8,10 @@ least squares (coefficients kept non-negative) on terms that say where the time 
   O(W) requests; and the W (W - 1) / 2 handshakes of the full mesh sharing this machine's
   cores (zero with a core per rank);
 * a latency-bound collective (8 B all_reduce by recursive doubling, the dissemination
-  barrier): ``a log2 W + b W``: log2 W steps of a message each; and each step waiting for its
-  peer's turn on one of the cores the W ranks share;
-* the 1 MiB all_reduce: the same two terms (its steps carry 1 MiB at this size).
+  barrier): ``a log2 W + b W + c W^2``: log2 W steps of a message each; each step waiting for
+  its peer's turn on one of the cores the W ranks share; and the W ranks waking each other on
+  those cores (both zero with a core per rank);
+* the 1 MiB all_reduce: the same terms.
 
 The fit is checked by fitting the worlds up to half the largest and predicting the largest
 (the error is printed). **A core per rank**: the terms that come from sharing cores are
@@ -23,8 +24,8 @@ default 2 GB/s):
 * init(N) = c0 + c1 N (every rank's handshakes, one after another: a full mesh);
 * 8 B all_reduce and barrier: ceil(log2 N) (latency + software step);
 * 1 MiB all_reduce: the algorithm the engine picks there (recursive doubling, log2 N steps of
-  S, up to 256 KiB scaled by the link's bandwidth-delay product; else the ring, 2 (N - 1)
-  steps of S / N);
+  S, up to 256 KiB scaled by the link's bandwidth-delay product and by how the crossover grows
+  with N; else the ring, 2 (N - 1) steps of S / N);
 * hosts of k ranks: the collectives run among the N / k host leaders over TCP, plus the
   shared-memory figure of a world of k measured here (rows "rustdist shm"), twice (in and
   out of the host).
@@ -48,12 +49,13 @@ MESSAGE_BYTES = 1 << 20
 
 Terms = Callable[[float], list[float]]
 INIT_TERMS: Terms = lambda w: [1.0, w, w * w]  # noqa: E731
-STEP_TERMS: Terms = lambda w: [math.log2(w), w]  # noqa: E731
+STEP_TERMS: Terms = lambda w: [math.log2(w), w, w * w]  # noqa: E731
+STEP_NAMES = ("log2 W steps", "shared cores", "shared cores, waking")
 FIGURES: dict[str, tuple[str, Terms, tuple[str, ...]]] = {
     "init_s": ("init s", INIT_TERMS, ("fixed", "per peer", "shared cores")),
-    "all_reduce_8B_us": ("8 B all_reduce us", STEP_TERMS, ("log2 W steps", "shared cores")),
-    "barrier_us": ("barrier us", STEP_TERMS, ("log2 W steps", "shared cores")),
-    "all_reduce_1MiB_us": ("1 MiB all_reduce us", STEP_TERMS, ("log2 W steps", "shared cores")),
+    "all_reduce_8B_us": ("8 B all_reduce us", STEP_TERMS, STEP_NAMES),
+    "barrier_us": ("barrier us", STEP_TERMS, STEP_NAMES),
+    "all_reduce_1MiB_us": ("1 MiB all_reduce us", STEP_TERMS, STEP_NAMES),
 }
 
 
@@ -108,6 +110,13 @@ def check(points: Sequence[tuple[float, float]], terms: Terms) -> Optional[dict[
             "error_pct": 100 * (predicted - points[-1][1]) / points[-1][1]}
 
 
+def ring_crossover_growth(world: int) -> float:
+    """As ``ring_crossover_growth`` in crates/core/src/algorithms/select/policy.rs."""
+    def crossover(n: float) -> float:
+        return (2 * (n - 1) - math.log2(n)) / (math.log2(n) - 2 * (n - 1) / n)
+    return 1.0 if world <= 4 else crossover(world) / crossover(4)
+
+
 def step_cost(rows: Sequence[dict[str, Any]], label: str) -> tuple[float, int]:
     """The software's own cost of one message step, in us: the smallest world's 8 B
     all_reduce over its ceil(log2 W) steps, less the reference link's latency (at world 2
@@ -135,12 +144,14 @@ def project(coefs: dict[str, list[float]], software: float, shm: dict[int, dict[
                  "in the host (shm)": 2 * local.get(key, 0.0)}
         out[key] = (sum(terms.values()), max(terms, key=terms.__getitem__))
     # The engine's choice at 1 MiB: recursive doubling up to 256 KiB scaled by the link's
-    # bandwidth-delay product over the reference's (within 1/64x..64x), else the ring.
+    # bandwidth-delay product over the reference's (within 1/64x..64x) and by how the
+    # crossover grows with the world (select/policy.rs), else the ring.
     bdp_scale = min(64.0, max(1 / 64, latency_us * bandwidth
                               / (REFERENCE_LATENCY_US * REFERENCE_BANDWIDTH)))
     step = latency_us + software
     wire_us = MESSAGE_BYTES / bandwidth * 1e6
-    if MESSAGE_BYTES <= (256 << 10) * bdp_scale or leaders <= 2:
+    doubling_max = (256 << 10) * bdp_scale * ring_crossover_growth(leaders)
+    if MESSAGE_BYTES <= doubling_max or leaders <= 2:
         name, terms = "recursive doubling", {"latency": steps * step,
                                              "bandwidth": steps * wire_us}
     else:
