@@ -414,19 +414,93 @@ fn tick(
     neighbours
 }
 
+/// Takes one datagram from `from`: the peer it names is heard, its status kept, its group's
+/// failure learnt (and the news passed on at the next beat, which is now: returns true), an
+/// ask answered.
+fn take(sock: &UdpSocket, shared: &Shared, b: &[u8], from: SocketAddr) -> bool {
+    let key = shared.key.as_ref();
+    let Some(datagram) = decode(b, &shared.id, key) else {
+        return false;
+    };
+    let mut w = shared.lock();
+    let Some(peer) = w.peers[datagram.rank]
+        .as_mut()
+        .filter(|p| p.ip == from.ip() && (key.is_none() || datagram.count > p.count))
+    else {
+        return false;
+    };
+    peer.count = datagram.count;
+    peer.heard = Instant::now();
+    peer.addr.get_or_insert(from);
+    peer.left |= datagram.kind == GOODBYE;
+    let heard = peer.heard;
+    // A peer whose group (the same one: not one a shrink has replaced on either side)
+    // failed: it has failed here too, and this rank may be blocked elsewhere, where its
+    // peers' abort frames on this group go unread; it dumps its flight recorder now and
+    // passes the news on at once.
+    let name = w.names[datagram.rank].unwrap_or(datagram.rank);
+    let learnt = (datagram.said.served == w.group && !w.cancel.is_raised())
+        .then(|| datagram.said.learnt_failure(&format!("rank {name}")))
+        .flatten();
+    if let Some(e) = &learnt {
+        w.cancel.raise(e.clone());
+    }
+    w.statuses[datagram.rank] = Some((datagram.said.status, heard));
+    shared.heard.notify_all();
+    drop(w);
+    if datagram.kind == ASK {
+        // Outside the lock: it looks through every group's recorder.
+        let served = shared.lock().group;
+        let status = recorder::status(served);
+        let w = shared.lock();
+        let failure = w.cancel.check().err();
+        let answer = shared.datagram(BEAT, &Said::new(w.group, status, failure.as_ref()));
+        drop(w);
+        let _ = sock.send_to(&answer, from);
+    }
+    if let Some(e) = &learnt {
+        recorder::dump_after_failure(&e.to_string());
+    }
+    learnt.is_some()
+}
+
+/// Forgets the silence of every peer: this thread itself did not run for longer than a peer
+/// may be silent (the machine overloaded, the process stopped and continued), so what it did
+/// not hear says nothing of them.
+fn forgive(shared: &Shared) {
+    let now = Instant::now();
+    for peer in shared.lock().peers.iter_mut().flatten() {
+        peer.heard = now;
+    }
+}
+
 /// The heartbeat thread.
 fn beat(sock: UdpSocket, shared: &Shared, config: HeartbeatConfig, stop: &AtomicBool) {
-    let id = shared.id;
-    let key = shared.key.as_ref();
+    let silence = config.interval * config.misses;
     let mut next = Instant::now();
+    let mut last_tick = Instant::now();
     let mut buf = [0u8; 2 * MAX_LEN];
     let mut watched: Vec<usize> = Vec::new();
     // Beats left of telling the fingers of the failure (None: no failure seen yet).
     let mut spreading: Option<u32> = None;
     while !stop.load(Ordering::Acquire) {
         if Instant::now() >= next {
+            // What arrived while this thread waited for a core counts before any silence does.
+            if sock.set_nonblocking(true).is_err() {
+                return;
+            }
+            while let Ok((n, from)) = sock.recv_from(&mut buf) {
+                take(&sock, shared, &buf[..n], from);
+            }
+            if sock.set_nonblocking(false).is_err() {
+                return;
+            }
+            if last_tick.elapsed() > silence {
+                forgive(shared);
+            }
             watched = tick(&sock, shared, config, &watched, &mut spreading);
-            next = Instant::now() + config.interval;
+            last_tick = Instant::now();
+            next = last_tick + config.interval;
         }
         let wait = next.saturating_duration_since(Instant::now());
         if sock
@@ -438,47 +512,7 @@ fn beat(sock: UdpSocket, shared: &Shared, config: HeartbeatConfig, stop: &Atomic
         let Ok((n, from)) = sock.recv_from(&mut buf) else {
             continue;
         };
-        let Some(datagram) = decode(&buf[..n], &id, key) else {
-            continue;
-        };
-        let mut w = shared.lock();
-        let Some(peer) = w.peers[datagram.rank]
-            .as_mut()
-            .filter(|p| p.ip == from.ip() && (key.is_none() || datagram.count > p.count))
-        else {
-            continue;
-        };
-        peer.count = datagram.count;
-        peer.heard = Instant::now();
-        peer.addr.get_or_insert(from);
-        peer.left |= datagram.kind == GOODBYE;
-        let heard = peer.heard;
-        // A peer whose group (the same one: not one a shrink has replaced on either side)
-        // failed: it has failed here too, and this rank may be blocked elsewhere, where its
-        // peers' abort frames on this group go unread; it dumps its flight recorder now and
-        // passes the news on at once.
-        let name = w.names[datagram.rank].unwrap_or(datagram.rank);
-        let learnt = (datagram.said.served == w.group && !w.cancel.is_raised())
-            .then(|| datagram.said.learnt_failure(&format!("rank {name}")))
-            .flatten();
-        if let Some(e) = &learnt {
-            w.cancel.raise(e.clone());
-        }
-        w.statuses[datagram.rank] = Some((datagram.said.status, heard));
-        shared.heard.notify_all();
-        drop(w);
-        if datagram.kind == ASK {
-            // Outside the lock: it looks through every group's recorder.
-            let served = shared.lock().group;
-            let status = recorder::status(served);
-            let w = shared.lock();
-            let failure = w.cancel.check().err();
-            let answer = shared.datagram(BEAT, &Said::new(w.group, status, failure.as_ref()));
-            drop(w);
-            let _ = sock.send_to(&answer, from);
-        }
-        if let Some(e) = learnt {
-            recorder::dump_after_failure(&e.to_string());
+        if take(&sock, shared, &buf[..n], from) {
             next = Instant::now();
         }
     }

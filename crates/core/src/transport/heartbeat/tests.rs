@@ -278,3 +278,21 @@ fn under_a_key_signed_peers_stay_up_and_replayed_or_unsigned_beats_do_not_help()
     // tag keep them out (the first replay is accepted once, then never again).
     assert!(raised_within(&cancel, FAST.interval * 20));
 }
+
+#[test]
+fn a_failure_passed_on_is_not_wrapped_again() {
+    let origin = Said {
+        failed: Some(1),
+        reason: "rank 5 (host 10.0.0.2) has been silent for 5.0 s".into(),
+        ..said()
+    };
+    let first = origin.learnt_failure("rank 4").unwrap().to_string();
+    assert!(first.starts_with("rank 4 failed: rank 5 (host 10.0.0.2) has been silent"));
+    let relayed = Said {
+        failed: Some(1),
+        reason: cut(&first, MAX_ACTIVITY).to_string(),
+        ..said()
+    };
+    let second = relayed.learnt_failure("rank 9").unwrap();
+    assert!(matches!(&second, Error::Network(m) if m.starts_with("rank 4 failed: rank 5")));
+}

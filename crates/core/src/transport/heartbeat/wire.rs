@@ -23,6 +23,8 @@ const STATUS_LEN: usize = 4 + 1 + 8 + 8 + 2;
 /// tag.
 pub(super) const MAX_LEN: usize =
     HEADER_LEN + STATUS_LEN + MAX_ACTIVITY + 2 + MAX_ACTIVITY + 8 + TAG_LEN;
+/// How a failure learnt from a heartbeat says so.
+const LEARNT: &str = "learnt from its heartbeat";
 /// The HMAC label of heartbeats (apart from the connection handshakes').
 const LABEL: &[u8] = b"rustdist heartbeat v1";
 
@@ -64,19 +66,32 @@ impl Said {
     /// named as `who`.
     pub(super) fn learnt_failure(&self, who: &str) -> Option<Error> {
         let class = self.failed?;
-        Some(error_from_abort(
-            class,
+        // Passed on as it came: each hop of the spread would otherwise wrap it again.
+        let text = if relayed(&self.reason) {
+            self.reason.clone()
+        } else {
             format!(
-                "{who} failed: {} (learnt from its heartbeat while this rank was not in the \
-                 group's operations; the group is failed on every rank)",
+                "{who} failed: {} ({LEARNT} while this rank was not in the group's \
+                 operations; the group is failed on every rank)",
                 self.reason
-            ),
-        ))
+            )
+        };
+        Some(error_from_abort(class, text))
     }
 }
 
+/// Whether `reason` is a failure a rank learnt from a heartbeat ("rank 7 failed: ..."; the
+/// datagram may have cut off the words that say so).
+fn relayed(reason: &str) -> bool {
+    let named = reason
+        .strip_prefix("rank ")
+        .and_then(|r| r.split_once(" failed: "))
+        .is_some_and(|(who, _)| !who.is_empty() && who.bytes().all(|b| b.is_ascii_digit()));
+    named || reason.contains(LEARNT)
+}
+
 /// `text` cut to at most `max` bytes, on a character boundary.
-fn cut(text: &str, max: usize) -> &str {
+pub(super) fn cut(text: &str, max: usize) -> &str {
     let mut end = text.len().min(max);
     while !text.is_char_boundary(end) {
         end -= 1;
