@@ -9,7 +9,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::protocol::{read_frame, Request, Response, MAX_AUTH_FRAME, MAX_FRAME};
-use super::server::{CLIENT_LABEL, LIMIT_REFUSAL, SERVER_LABEL};
+use super::shared::{CLIENT_LABEL, LIMIT_REFUSAL, SERVER_LABEL};
 use crate::auth::{self, AuthKey};
 use crate::error::{Error, Result};
 use crate::interrupt;

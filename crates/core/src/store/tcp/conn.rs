@@ -8,7 +8,7 @@ use std::time::Instant;
 use mio::net::TcpStream;
 
 use super::protocol::{MAX_AUTH_FRAME, MAX_FRAME};
-use super::server::WRITE_TIMEOUT;
+use super::shared::WRITE_TIMEOUT;
 use crate::auth::Nonce;
 
 /// Bytes read per step; a connection's read buffer exceeds its current frame by at most this.

@@ -14,7 +14,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 
 use super::conn::{Conn, Phase, ReadOutcome, CHUNK};
 use super::protocol::{Request, Response};
-use super::server::{lock, Shared, AUTH_TIMEOUT, CLIENT_LABEL, SERVER_LABEL};
+use super::shared::{lock, Shared, AUTH_TIMEOUT, CLIENT_LABEL, SERVER_LABEL};
 use crate::auth::{self, AuthKey};
 use crate::store::deadline_after;
 use crate::store::hash::{MemKv, WaitError};

@@ -22,6 +22,7 @@ mod conn;
 mod event_loop;
 pub mod protocol;
 pub mod server;
+mod shared;
 #[cfg(test)]
 mod tests;
 

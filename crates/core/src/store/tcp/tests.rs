@@ -637,7 +637,7 @@ fn store_tcp_client_over_the_limit_is_told_why() {
     let mut over = raw(port);
     assert!(matches!(
         exchange(&mut over, &Request::NumKeys),
-        Response::Error(m) if m.starts_with(server::LIMIT_REFUSAL)
+        Response::Error(m) if m.starts_with(super::shared::LIMIT_REFUSAL)
     ));
     assert!(closed_by_peer(&mut over));
     served.set("k", b"v").unwrap();
