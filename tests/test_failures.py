@@ -61,6 +61,22 @@ def test_peer_died_before_collective(short_world: Callable[..., World], world: i
     w.run("collective_after_peer_died", ranks=survivors, timeout=30, victim=victim, bound=DEAD_PEER_BOUND_S)
 
 
+@skip_if_torch(GLOO_DEAD_PEER)
+@pytest.mark.parametrize("world,victim", [(3, 2), (4, 0)])
+def test_peer_exits_after_its_part(short_world: Callable[..., World], world: int, victim: int) -> None:
+    """`victim` is the root of broadcasts (64 KiB, 64 B) and sends to every rank, then exits
+    before the others enter them: they still get every byte (checked), and only their next
+    all_reduce, which needs it, raises DistNetworkError naming it."""
+    w = short_world(world)
+    w.run("warmup")
+    w.run("exit_cases:give_then_go", ranks=[victim])
+    w.exit_rank(victim)
+    survivors = [r for r in range(world) if r != victim]
+    w.run("exit_cases:take_after_peer_left", ranks=survivors, timeout=30, victim=victim)
+    # Only now, all of them done: a group failed on one rank fails on every rank.
+    w.run("collective_after_peer_died", ranks=survivors, timeout=30, victim=victim, bound=DEAD_PEER_BOUND_S)
+
+
 @skip_if_torch("gloo does not check that ranks agree on a collective (it hangs, aborts or mixes data)")
 @pytest.mark.parametrize("kind", ["size", "dtype", "op", "collective"])
 @pytest.mark.parametrize("world", [2, 3])

@@ -12,7 +12,7 @@
 use std::time::{Duration, Instant};
 
 use super::rx::StepRecv;
-use super::state::MeshTransport;
+use super::state::{closed_unexpectedly, MeshTransport};
 use crate::error::{Error, Result};
 use crate::interrupt;
 use crate::spin::Spin;
@@ -135,7 +135,8 @@ impl MeshTransport {
             });
             // The TCP peers of a hierarchical group were not polled: the next round reads all.
             self.swept = None;
-            return self.check_alive();
+            self.note_closed_peers();
+            return Ok(());
         }
         let mut fds: Vec<libc::pollfd> = Vec::with_capacity(self.size);
         let mut owners = Vec::with_capacity(self.size);
@@ -189,6 +190,8 @@ impl MeshTransport {
                     "rank {p} has left the group (it shrank it with shrink_group without this \
                      rank's operation; shrink it too) while rank {rank} still needs it"
                 )
+            } else if let Some(lost) = self.peers[p].as_ref().and_then(|x| x.lost.clone()) {
+                lost
             } else {
                 // gloo's words first, which programs written for gloo (torchft) look for.
                 format!(
@@ -201,10 +204,12 @@ impl MeshTransport {
         Ok(())
     }
 
-    /// Fails when a peer on this host has closed its connection (it died).
-    pub(super) fn check_alive(&mut self) -> Result<()> {
-        for p in 0..self.size {
-            let Some(peer) = self.peers[p].as_mut() else {
+    /// Marks the peers on this host whose connection closed as gone, once their pipes are
+    /// drained; `check_needed_peers` fails what still needs one.
+    pub(super) fn note_closed_peers(&mut self) {
+        let rank = self.rank;
+        for (p, peer) in self.peers.iter_mut().enumerate() {
+            let Some(peer) = peer.as_mut() else {
                 continue;
             };
             // Unread bytes (perhaps a goodbye) come first; the socket's EOF is only news once
@@ -213,13 +218,9 @@ impl MeshTransport {
             if drained && !peer.closed && !peer.link.alive() {
                 peer.closed = true;
                 if !peer.left {
-                    let rank = self.rank;
-                    return Err(self.fail(Error::network(format!(
-                        "rank {p} closed its connection to rank {rank} unexpectedly; it probably died"
-                    ))));
+                    peer.lost = Some(closed_unexpectedly(p, rank));
                 }
             }
         }
-        Ok(())
     }
 }

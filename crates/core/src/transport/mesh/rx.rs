@@ -8,7 +8,7 @@
 
 use std::io;
 
-use super::state::{Frame, MeshTransport, Rx, RX_IDLE};
+use super::state::{closed_unexpectedly, Frame, MeshTransport, Rx, RX_IDLE};
 use crate::error::{Error, Result};
 use crate::reduce;
 use crate::transport::frame::{
@@ -109,21 +109,34 @@ impl MeshTransport {
             let n = match res {
                 Ok(0) => {
                     peer.closed = true;
-                    if peer.left && matches!(peer.rx, Rx::Header { got: 0, .. }) {
+                    let why = closed_unexpectedly(p, rank);
+                    if matches!(peer.rx, Rx::Header { got: 0, .. }) {
+                        // Nothing of a frame is lost: only an operation that still needs
+                        // the peer fails (see `check_needed_peers`).
+                        if !peer.left {
+                            peer.lost = Some(why);
+                        }
                         return Ok(true);
                     }
-                    return Err(self.fail(Error::network(format!(
-                        "rank {p} closed its connection to rank {rank} unexpectedly; it probably died"
-                    ))));
+                    return Err(self.fail(Error::network(why)));
                 }
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(moved),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
                     peer.closed = true;
-                    return Err(self.fail(Error::network(format!(
+                    let why = format!(
                         "connection from rank {p} to rank {rank} failed ({e}); rank {p} probably died"
-                    ))));
+                    );
+                    // A peer that exits with bytes unread resets its links: as at EOF, only
+                    // a frame cut short is lost at once.
+                    if matches!(peer.rx, Rx::Header { got: 0, .. }) {
+                        if !peer.left {
+                            peer.lost = Some(why);
+                        }
+                        return Ok(true);
+                    }
+                    return Err(self.fail(Error::network(why)));
                 }
             };
             moved = true;

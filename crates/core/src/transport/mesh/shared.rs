@@ -84,7 +84,7 @@ impl MeshTransport {
             if let (Some(host), Some(ws)) = (&self.host, self.ws.as_mut()) {
                 host.sleep(left.min(WS_NAP), || ready(ws));
             }
-            self.check_alive()?;
+            self.note_closed_peers();
             if let Some(ws) = self.ws.as_mut() {
                 if ready(ws) {
                     return Ok(());

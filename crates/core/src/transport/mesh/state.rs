@@ -224,6 +224,10 @@ pub(super) struct Peer {
     /// Set once the peer said goodbye; its EOF is then not a failure.
     pub(super) left: bool,
     pub(super) closed: bool,
+    /// Why the link ended without a goodbye (the peer died): the error of the first
+    /// operation that still needs the peer. A peer that finished its part of an operation and
+    /// then exited fails only what needs it afterwards.
+    pub(super) lost: Option<String>,
     /// Scratch for `RecvReduce`: incoming bytes before they are reduced into place.
     pub(super) scratch: Vec<u8>,
     /// Payload buffers of consumed stashed frames, reused by the next ones: a ring step's
@@ -238,6 +242,11 @@ pub(super) struct Peer {
     pub(super) paused: bool,
 }
 
+/// The error of an operation that needs peer `p`, whose link to `rank` ended without a goodbye.
+pub(super) fn closed_unexpectedly(p: usize, rank: usize) -> String {
+    format!("rank {p} closed its connection to rank {rank} unexpectedly; it probably died")
+}
+
 impl Peer {
     pub(super) fn new(sock: TcpStream, shm: Option<ShmPipe>, extra: Vec<TcpStream>) -> Peer {
         Peer {
@@ -249,6 +258,7 @@ impl Peer {
             tagged: VecDeque::new(),
             left: false,
             closed: false,
+            lost: None,
             scratch: Vec::new(),
             spare: Vec::new(),
             shrinking: Vec::new(),
