@@ -13,7 +13,12 @@ pub struct DeadlineIo<'a> {
     pub stream: &'a mut TcpStream,
     pub deadline: Instant,
     pub interrupted: bool,
+    /// Checked while a read waits: true stops it as an interruption would.
+    pub stop: Option<&'a dyn Fn() -> bool>,
 }
+
+/// How often a read checks `DeadlineIo::stop`.
+const STOP_SLICE: Duration = Duration::from_millis(50);
 
 impl<'a> DeadlineIo<'a> {
     pub fn new(stream: &'a mut TcpStream, deadline: Instant) -> Self {
@@ -21,6 +26,7 @@ impl<'a> DeadlineIo<'a> {
             stream,
             deadline,
             interrupted: false,
+            stop: None,
         }
     }
 
@@ -36,11 +42,15 @@ impl<'a> DeadlineIo<'a> {
 impl Read for DeadlineIo<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         loop {
-            self.stream
-                .set_read_timeout(Some(interrupt::slice(self.remaining()?)))?;
+            let left = interrupt::slice(self.remaining()?);
+            let wait = match self.stop {
+                Some(_) => left.min(STOP_SLICE),
+                None => left,
+            };
+            self.stream.set_read_timeout(Some(wait))?;
             match self.stream.read(buf) {
                 Err(e) if timed_out(&e) => {
-                    if interrupt::check().is_err() {
+                    if interrupt::check().is_err() || self.stop.is_some_and(|stop| stop()) {
                         // Not ErrorKind::Interrupted: readers retry on that.
                         self.interrupted = true;
                         return Err(io::Error::other("interrupted"));

@@ -355,6 +355,16 @@ fn send_to(sock: &UdpSocket, watch: &Watch, to: &[usize], datagram: &[u8]) {
     }
 }
 
+/// Fails the group with `e`, the fingers told first: once it has failed, this process may end
+/// its operation and exit before the next beat passes the news on, and the ranks whose links
+/// to it are not made yet (or not read) would learn nothing until their timeout.
+fn fail_group(sock: &UdpSocket, shared: &Shared, watch: &Watch, e: Error) {
+    let said = Said::new(watch.group, watch.said.status.clone(), Some(&e));
+    let fingers = watch.fingers(shared.id.rank);
+    send_to(sock, watch, &fingers, &shared.datagram(BEAT, &said));
+    watch.cancel.raise(e);
+}
+
 /// One beat: what this rank says now, sent to its neighbours (and its fingers while a
 /// failure is being spread); then the watched neighbours' silence checked. Returns the
 /// neighbours watched from now on.
@@ -407,7 +417,7 @@ fn tick(
             now.duration_since(peer.heard).as_secs_f64(),
             name(me)
         );
-        watch.cancel.raise(Error::network(why.clone()));
+        fail_group(sock, shared, &watch, Error::network(why.clone()));
         drop(watch);
         recorder::dump_after_failure(&why);
     }
@@ -443,7 +453,7 @@ fn take(sock: &UdpSocket, shared: &Shared, b: &[u8], from: SocketAddr) -> bool {
         .then(|| datagram.said.learnt_failure(&format!("rank {name}")))
         .flatten();
     if let Some(e) = &learnt {
-        w.cancel.raise(e.clone());
+        fail_group(sock, shared, &w, e.clone());
     }
     w.statuses[datagram.rank] = Some((datagram.said.status, heard));
     shared.heard.notify_all();

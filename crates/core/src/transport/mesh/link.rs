@@ -248,14 +248,48 @@ impl Link for ShmPipe {
     fn shutdown(&self) {}
 }
 
+/// A peer not linked yet (links are made on first use): nothing to read, no room to write.
+struct Unlinked;
+
+impl Link for Unlinked {
+    fn read(&mut self, _: &mut [u8]) -> io::Result<usize> {
+        Err(io::ErrorKind::WouldBlock.into())
+    }
+
+    fn write_vectored(&mut self, _: &[IoSlice<'_>]) -> io::Result<usize> {
+        Err(io::ErrorKind::WouldBlock.into())
+    }
+
+    fn poll_fds(&self) -> Option<(RawFd, RawFd)> {
+        None
+    }
+
+    fn shutdown(&self) {}
+}
+
 /// The connection to one peer: the link its data moves on (the socket itself for TCP).
 pub(super) struct Connection {
     /// A memory link's socket, kept open only to tell whether the peer lives.
     watch: Option<TcpStream>,
     data: Box<dyn Link>,
+    linked: bool,
 }
 
 impl Connection {
+    /// A peer to link on first use.
+    pub(super) fn unlinked() -> Connection {
+        Connection {
+            watch: None,
+            data: Box::new(Unlinked),
+            linked: false,
+        }
+    }
+
+    /// Whether the peer is linked (see [`Connection::unlinked`]).
+    pub(super) fn linked(&self) -> bool {
+        self.linked
+    }
+
     /// Data on `pipe` when given (the peer shares the host), else on the socket itself, striped
     /// with the `extra` streams when there are any. One fd per stream: a world of n ranks
     /// holds n - 1 sockets per rank, not twice that.
@@ -264,14 +298,17 @@ impl Connection {
             Some(pipe) => Connection {
                 watch: Some(sock),
                 data: Box::new(pipe),
+                linked: true,
             },
             None if extra.is_empty() => Connection {
                 watch: None,
                 data: Box::new(sock),
+                linked: true,
             },
             None => Connection {
                 watch: None,
                 data: Box::new(Striped::new(std::iter::once(sock).chain(extra).collect())),
+                linked: true,
             },
         }
     }

@@ -31,11 +31,12 @@ use crate::transport::frame::{abort_class, FrameKind, Header};
 use crate::transport::heartbeat::{Heartbeat, HeartbeatConfig, Identity};
 use crate::transport::shm::share_memory;
 use crate::transport::tcp::{
-    agree_latency, agree_links, connect_mesh, connect_streams, peer_entries,
+    agree_latency, agree_links, connect_mesh_with, connect_streams, OnDemand,
 };
 use crate::transport::{Op, OpCtx, P2pDone, SharedMemory, Transport};
 use crate::types::CollectiveKind;
 
+mod demand;
 mod link;
 mod p2p;
 mod progress;
@@ -52,6 +53,18 @@ pub use state::MeshTransport;
 use progress::PUMP_NAP;
 use rx::StepRecv;
 use state::{Frame, OutFrame, Peer, PostedRecv};
+
+/// `RUSTDIST_EAGER_CONNECT=1`: link every peer at connect (a full mesh), as before links on
+/// demand; every rank must set it alike.
+fn eager_connect() -> Result<bool> {
+    match std::env::var("RUSTDIST_EAGER_CONNECT").as_deref() {
+        Err(_) | Ok("" | "0") => Ok(false),
+        Ok("1") => Ok(true),
+        Ok(other) => Err(Error::invalid(format!(
+            "RUSTDIST_EAGER_CONNECT={other:?}: expected 0 or 1"
+        ))),
+    }
+}
 
 impl MeshTransport {
     /// The links' one-way latency measured at connect, the same on every rank (None alone).
@@ -95,23 +108,33 @@ impl MeshTransport {
         }
         let deadline = Instant::now() + timeout;
         let heartbeat_config = HeartbeatConfig::from_env()?;
-        let mut mesh = connect_mesh(&*store, prefix, rank, size, group, deadline)?;
-        let peer_ips: Vec<_> = mesh
-            .socks
-            .iter()
-            .map(|s| s.as_ref().and_then(|s| s.peer_addr().ok()).map(|a| a.ip()))
-            .collect();
-        if heartbeat_config.is_some() && size > 1 {
-            // The higher ranks have all published (each dialled this one): one request
-            // completes the addresses their heartbeats come from.
-            let higher: Vec<usize> = (rank + 1..size).collect();
-            for (&p, (addr, _)) in higher
-                .iter()
-                .zip(peer_entries(&*store, prefix, &higher, deadline)?)
-            {
-                mesh.addrs[p] = Some(addr);
-            }
-        }
+        let (host, host_of) = if shared_memory {
+            share_memory(&*store, prefix, rank, size, group, deadline)?
+        } else {
+            (None, (0..size).collect())
+        };
+        // Linked at once: the ring's neighbours (the links' latency and bandwidth are
+        // measured on them) and the peers on this host (their sockets tell whether they
+        // live); every peer with RUSTDIST_EAGER_CONNECT=1. The rest on first use.
+        let eager = eager_connect()?;
+        let now = |p: usize| {
+            eager
+                || p == (rank + 1) % size
+                || p == (rank + size - 1) % size
+                || (shared_memory && host_of[p] == host_of[rank])
+        };
+        let key = AuthKey::from_env();
+        let mut mesh = connect_mesh_with(
+            &*store,
+            prefix,
+            rank,
+            size,
+            group,
+            deadline,
+            key.as_ref(),
+            &now,
+        )?;
+        let peer_ips: Vec<_> = mesh.addrs.iter().map(|a| a.map(|a| a.ip())).collect();
         let heartbeat = match (heartbeat_config, mesh.udp.take()) {
             (Some(config), Some(udp)) => Some(Heartbeat::start(
                 udp,
@@ -124,7 +147,7 @@ impl MeshTransport {
                 &peer_ips,
                 &mesh.addrs,
                 config,
-                AuthKey::from_env(),
+                key.clone(),
                 cancel.clone(),
             )?),
             _ => None,
@@ -136,24 +159,30 @@ impl MeshTransport {
             rank,
             size,
             &mesh.socks,
+            mesh.spans_hosts(),
             deadline,
             &|b, w| streams_for(latency, b, w),
         )?;
-        let mut extra = connect_streams(
-            &mesh,
-            rank,
-            group,
-            links.streams,
-            deadline,
-            AuthKey::from_env().as_ref(),
-        )?
-        .into_iter();
-        let socks = mesh.socks;
-        let (host, host_of) = if shared_memory {
-            share_memory(&*store, prefix, rank, size, group, deadline)?
-        } else {
-            (None, (0..size).collect())
+        let mut extra =
+            connect_streams(&mesh, rank, group, links.streams, deadline, key.as_ref())?.into_iter();
+        let on_demand = match mesh.take_listener() {
+            Some(listener) if !eager => {
+                let linked: Vec<bool> = mesh.socks.iter().map(Option::is_some).collect();
+                Some(OnDemand::start(
+                    listener,
+                    mesh.job,
+                    group,
+                    rank,
+                    size,
+                    mesh.addrs.clone(),
+                    &|p| linked[p],
+                    links.streams,
+                    key,
+                )?)
+            }
+            _ => None,
         };
+        let socks = mesh.socks;
         let ws = host
             .as_ref()
             .map(|h| h.workspace(rank))
@@ -163,7 +192,15 @@ impl MeshTransport {
             .enumerate()
             .map(|(p, sock)| {
                 let extra = extra.next().unwrap_or_default();
-                sock.map(|s| Peer::new(s, host.as_ref().and_then(|h| h.pipe(rank, p)), extra))
+                match sock {
+                    Some(s) => Some(Peer::new(
+                        s,
+                        host.as_ref().and_then(|h| h.pipe(rank, p)),
+                        extra,
+                    )),
+                    None if p == rank => None,
+                    None => Some(Peer::unlinked()),
+                }
             })
             .collect();
         Ok(MeshTransport {
@@ -187,6 +224,7 @@ impl MeshTransport {
             ws_seq: u64::MAX,
             swept: None,
             heartbeat,
+            on_demand,
             host,
         })
     }
@@ -224,6 +262,10 @@ impl Transport for MeshTransport {
 
     fn exchange(&mut self, ctx: &OpCtx, ops: &mut [Op<'_>]) -> Result<()> {
         self.check_failed()?;
+        for op in ops.iter() {
+            let (Op::Send { peer, .. } | Op::Recv { peer, .. } | Op::RecvReduce { peer, .. }) = op;
+            self.link(*peer, ctx.deadline())?;
+        }
         self.enter(ctx.seq);
         let mut tickets: Vec<(usize, u64)> = Vec::new();
         let mut recvs = Vec::new();
@@ -273,12 +315,11 @@ impl Transport for MeshTransport {
     }
 
     fn post_send(&mut self, peer: usize, tag: i64, data: RawBuf, deadline: Instant, done: P2pDone) {
-        let valid = if peer == self.rank {
-            Ok(())
-        } else {
-            self.peer(peer).map(|_| ())
-        };
-        if let Err(e) = self.check_failed().and(valid) {
+        let valid = self.check_failed().and_then(|()| match peer == self.rank {
+            true => Ok(()),
+            false => self.link(peer, deadline),
+        });
+        if let Err(e) = valid {
             return done(Err(e));
         }
         let header = Header {
@@ -338,11 +379,12 @@ impl Transport for MeshTransport {
         deadline: Instant,
         done: P2pDone,
     ) {
-        let valid = match src {
-            Some(s) if s != self.rank => self.peer(s).map(|_| ()),
+        // A receive from anyone links nobody: its sender links to this rank.
+        let valid = self.check_failed().and_then(|()| match src {
+            Some(s) if s != self.rank => self.link(s, deadline),
             _ => Ok(()),
-        };
-        if let Err(e) = self.check_failed().and(valid) {
+        });
+        if let Err(e) = valid {
             return done(Err(e));
         }
         // A queued send of these bytes sends them as they were when it was posted.
@@ -400,6 +442,7 @@ impl Transport for MeshTransport {
 
     fn shutdown(&mut self) {
         self.heartbeat = None;
+        self.on_demand = None;
         if self.failed.is_none() {
             self.send_control(FrameKind::Goodbye, 0, &[]);
         }

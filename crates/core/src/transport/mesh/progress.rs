@@ -91,6 +91,7 @@ impl MeshTransport {
         let sweep = self.swept.is_none_or(|at| at.elapsed() >= SWEEP);
         if sweep {
             self.swept = Some(Instant::now());
+            self.take_arrivals();
         }
         let mut moved = false;
         for p in 0..self.size {
@@ -148,7 +149,16 @@ impl MeshTransport {
             owners.extend(std::iter::repeat_n(p, polled.len()));
             fds.extend(polled);
         }
+        // A link a peer made to this rank wakes the poll; its peer is read next round.
+        let arrivals = self.on_demand.as_ref().map(|d| d.wake_fd());
+        fds.extend(arrivals);
         poll_fds(&mut fds, left);
+        if fds
+            .last()
+            .is_some_and(|f| arrivals.is_some() && f.revents != 0)
+        {
+            ready.extend(self.take_arrivals());
+        }
         for (fd, p) in fds.iter().zip(owners) {
             if fd.revents != 0 && ready.last() != Some(&p) {
                 ready.push(p);

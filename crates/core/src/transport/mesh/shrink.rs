@@ -1,6 +1,7 @@
 //! Shrinking: the survivors of a group go on as a smaller group over the links they already
 //! have (shared memory and TCP), with no store and no new connection, so it works when the
-//! rank that served the store is the one that died.
+//! rank that served the store is the one that died. Links on demand go on too, renumbered:
+//! the survivors' addresses were learnt at connect.
 //!
 //! Every link carries whole frames, also after a failure (see `MeshTransport::fail`), so a
 //! survivor can tell the old group's bytes from the new group's: each one sends every other
@@ -76,7 +77,15 @@ impl MeshTransport {
             .iter()
             .flat_map(|&r| (r as u32).to_le_bytes())
             .collect();
-        let peers: Vec<usize> = keep.iter().copied().filter(|&r| r != self.rank).collect();
+        // Only linked survivors carry the old group's bytes; the others never had any (a link
+        // stands on both sides or on neither, so both sides skip it alike).
+        self.take_arrivals();
+        let linked = |r: usize| self.peers[r].as_ref().is_some_and(|p| p.link.linked());
+        let peers: Vec<usize> = keep
+            .iter()
+            .copied()
+            .filter(|&r| r != self.rank && linked(r))
+            .collect();
         for phase in PHASES {
             if phase == 1 {
                 if let Some(host) = &self.host {
@@ -308,6 +317,10 @@ impl MeshTransport {
         if let Some(beat) = &heartbeat {
             beat.shrink(keep, group, cancel.clone());
         }
+        let on_demand = self.on_demand.take();
+        if let Some(links) = &on_demand {
+            links.renumber(keep, group);
+        }
         let size = keep.len();
         MeshTransport {
             rank: me,
@@ -330,6 +343,7 @@ impl MeshTransport {
             ws_seq: u64::MAX,
             swept: None,
             heartbeat,
+            on_demand,
             host,
         }
     }

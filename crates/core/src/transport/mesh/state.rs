@@ -18,6 +18,7 @@ use crate::tensor::RawBuf;
 use crate::transport::frame::{Header, HEADER_LEN};
 use crate::transport::heartbeat::Heartbeat;
 use crate::transport::shm::{ShmHost, ShmPipe};
+use crate::transport::tcp::OnDemand;
 use crate::transport::workspace::Workspace;
 use crate::transport::{OpCtx, P2pDone};
 
@@ -60,6 +61,8 @@ pub struct MeshTransport {
     pub(super) streams: usize,
     /// Fails the group (through `cancel`) when a peer goes silent; stopped at shutdown.
     pub(super) heartbeat: Option<Heartbeat>,
+    /// Links made on first use (None: every peer was linked at connect).
+    pub(super) on_demand: Option<OnDemand>,
     /// Shared memory with the peers on this host; after `peers` and `ws`, so the pipes and
     /// the workspace go first.
     pub(super) host: Option<ShmHost>,
@@ -249,8 +252,17 @@ pub(super) fn closed_unexpectedly(p: usize, rank: usize) -> String {
 
 impl Peer {
     pub(super) fn new(sock: TcpStream, shm: Option<ShmPipe>, extra: Vec<TcpStream>) -> Peer {
+        Peer::on(Connection::new(sock, shm, extra))
+    }
+
+    /// A peer to link on first use.
+    pub(super) fn unlinked() -> Peer {
+        Peer::on(Connection::unlinked())
+    }
+
+    fn on(link: Connection) -> Peer {
         Peer {
-            link: Connection::new(sock, shm, extra),
+            link,
             rx: RX_IDLE,
             txq: VecDeque::new(),
             queued: 0,

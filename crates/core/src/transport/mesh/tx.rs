@@ -87,7 +87,11 @@ impl MeshTransport {
         };
         let deadline = Instant::now() + Duration::from_millis(200);
         let open: Vec<usize> = (0..self.size)
-            .filter(|&p| self.peers[p].as_ref().is_some_and(|peer| !peer.closed))
+            .filter(|&p| {
+                self.peers[p]
+                    .as_ref()
+                    .is_some_and(|peer| !peer.closed && peer.link.linked())
+            })
             .collect();
         let mut pending: Vec<(usize, u64)> = open
             .into_iter()

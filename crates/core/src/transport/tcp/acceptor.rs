@@ -42,9 +42,20 @@ struct Incoming {
 
 /// A connection's place: the peer's rank and which of its streams it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Slot {
-    peer: usize,
-    stream: usize,
+pub(super) struct Slot {
+    pub(super) peer: usize,
+    pub(super) stream: usize,
+}
+
+/// Who may connect, decided for each hello that names this job, group and world: a refusal
+/// (at the hello, and again after the proof, atomically with taking the connection), and
+/// where an admitted connection goes.
+pub(super) trait Admission {
+    /// Why a connection claiming `slot` is refused (an empty reason is an expected refusal,
+    /// not logged); None admits it.
+    fn refusal(&self, slot: Slot) -> Option<(Status, String)>;
+    /// Takes the connection admitted into `slot` (configured, its reply sent).
+    fn admit(&mut self, slot: Slot, sock: TcpStream);
 }
 
 /// The connections an accepting rank expects, by peer and stream: `slots[peer][stream]`, filled
@@ -64,6 +75,11 @@ impl Slots {
         self.socks[slot.peer][slot.stream].is_some()
     }
 
+    /// Connections still expected.
+    fn missing_count(&self) -> usize {
+        self.missing().count()
+    }
+
     /// Expected connections that have not come yet, by peer.
     fn missing(&self) -> impl Iterator<Item = Slot> + '_ {
         self.socks
@@ -77,6 +93,31 @@ impl Slots {
                     .filter(|(_, s)| s.is_none())
                     .map(move |(stream, _)| Slot { peer, stream })
             })
+    }
+}
+
+impl Admission for Slots {
+    fn refusal(&self, slot: Slot) -> Option<(Status, String)> {
+        let Slot { peer, stream } = slot;
+        if !self.expects(peer, stream) {
+            Some((
+                Status::BadRank,
+                format!(
+                    "rank {peer} offers stream {stream}, which this rank does not expect from it"
+                ),
+            ))
+        } else if self.taken(slot) {
+            Some((
+                Status::Duplicate,
+                format!("a second connection claims rank {peer} (stream {stream}), which is already connected"),
+            ))
+        } else {
+            None
+        }
+    }
+
+    fn admit(&mut self, slot: Slot, sock: TcpStream) {
+        self.socks[slot.peer][slot.stream] = Some(sock);
     }
 }
 
@@ -99,8 +140,8 @@ pub(super) struct Acceptor<'a> {
 }
 
 impl Acceptor<'_> {
-    /// Reads what `inc` sent and moves its handshake on. `slots` tells who is connected.
-    fn step(&self, inc: &mut Incoming, slots: &Slots) -> Step {
+    /// Reads what `inc` sent and moves its handshake on; `adm` decides who may connect.
+    fn step(&self, inc: &mut Incoming, adm: &dyn Admission) -> Step {
         let want = if inc.challenged.is_some() {
             TAG_LEN
         } else {
@@ -117,7 +158,7 @@ impl Acceptor<'_> {
         }
         inc.got = 0;
         match inc.challenged {
-            None => self.on_hello(inc, slots),
+            None => self.on_hello(inc, adm),
             Some((hello, slot, nonce)) => {
                 let proof = &inc.buf[..TAG_LEN];
                 let key_ok = self
@@ -130,13 +171,13 @@ impl Acceptor<'_> {
                         format!("authentication failed: rank {}'s proof does not match this rank's RUSTDIST_AUTH_KEY", slot.peer),
                     );
                 }
-                self.admit(inc, slot, slots)
+                self.admit(inc, slot, adm)
             }
         }
     }
 
     /// What in `hello` disagrees with this rank's view of the group, if anything.
-    fn mismatch(&self, hello: &Hello, slots: &Slots) -> Option<(Status, String)> {
+    fn mismatch(&self, hello: &Hello, adm: &dyn Admission) -> Option<(Status, String)> {
         let (rank, size) = (self.rank as u64, self.size as u64);
         Some(if hello.job != self.job {
             let want = self.job;
@@ -154,28 +195,25 @@ impl Acceptor<'_> {
                 Status::WrongSize,
                 format!("world size {}, not {size}", hello.size),
             )
-        } else if hello.rank <= rank || hello.rank >= size {
+        } else if hello.rank == rank || hello.rank >= size {
             let claimed = hello.rank;
             (
                 Status::BadRank,
                 format!("it claims rank {claimed}, which does not connect to rank {rank}"),
             )
-        } else if !slots.expects(hello.rank as usize, hello.stream as usize) {
-            let (claimed, stream) = (hello.rank, hello.stream);
-            (
-                Status::BadRank,
-                format!("rank {claimed} offers stream {stream}, which rank {rank} does not expect from it"),
-            )
         } else {
-            return None;
+            return adm.refusal(Slot {
+                peer: hello.rank as usize,
+                stream: hello.stream as usize,
+            });
         })
     }
 
-    fn on_hello(&self, inc: &mut Incoming, slots: &Slots) -> Step {
+    fn on_hello(&self, inc: &mut Incoming, adm: &dyn Admission) -> Step {
         let Some(hello) = Hello::decode(&inc.buf) else {
             return Step::Dropped("not a rustdist peer (wrong magic or version)".into());
         };
-        if let Some((status, why)) = self.mismatch(&hello, slots) {
+        if let Some((status, why)) = self.mismatch(&hello, adm) {
             return refuse(inc, status, why);
         }
         let slot = Slot {
@@ -184,7 +222,7 @@ impl Acceptor<'_> {
         };
         let peer = slot.peer;
         match (self.key, hello.auth) {
-            (None, false) => self.admit(inc, slot, slots),
+            (None, false) => self.admit(inc, slot, adm),
             (None, true) => refuse(
                 inc,
                 Status::AuthUnexpected,
@@ -215,15 +253,10 @@ impl Acceptor<'_> {
         }
     }
 
-    /// Connects `slot` unless another connection already did.
-    fn admit(&self, inc: &mut Incoming, slot: Slot, slots: &Slots) -> Step {
-        if slots.taken(slot) {
-            let Slot { peer, stream } = slot;
-            return refuse(
-                inc,
-                Status::Duplicate,
-                format!("a second connection claims rank {peer} (stream {stream}), which is already connected"),
-            );
+    /// Connects `slot` unless `adm` refuses it now (another connection took it meanwhile).
+    fn admit(&self, inc: &mut Incoming, slot: Slot, adm: &dyn Admission) -> Step {
+        if let Some((status, why)) = adm.refusal(slot) {
+            return refuse(inc, status, why);
         }
         match answer(inc, &Reply::plain(Status::Ok)) {
             Ok(()) => Step::Done(slot),
@@ -249,28 +282,30 @@ fn refuse(inc: &mut Incoming, status: Status, why: String) -> Step {
     Step::Dropped(why)
 }
 
-/// Accepts the connections `slots` expects on `listener` until all are connected or
-/// `deadline` passes.
-pub(super) fn accept_peers(
-    listener: &TcpListener,
-    acceptor: &Acceptor<'_>,
-    slots: &mut Slots,
-    deadline: Instant,
-) -> Result<()> {
-    let rank = acceptor.rank;
-    let mut pending: Vec<Incoming> = Vec::with_capacity(MAX_PENDING);
-    let mut missing = slots.missing().count();
-    let drop_conn = |inc: Incoming, why: &str| {
-        log::warn!("rank {rank}: dropped a connection from {}: {why}", inc.from);
-    };
-    while missing > 0 {
-        while pending.len() < MAX_PENDING {
+/// The incoming connections of one listener in mid-handshake.
+#[derive(Default)]
+pub(super) struct Accepting {
+    pending: Vec<Incoming>,
+}
+
+impl Accepting {
+    /// One round that does not wait: takes new connections from `listener` while fewer than
+    /// [`MAX_PENDING`] are in mid-handshake, moves every handshake on, and hands each one
+    /// `adm` admits to it. Returns how many were admitted.
+    pub(super) fn serve(
+        &mut self,
+        listener: &TcpListener,
+        acceptor: &Acceptor<'_>,
+        adm: &mut dyn Admission,
+    ) -> usize {
+        let rank = acceptor.rank;
+        while self.pending.len() < MAX_PENDING {
             match listener.accept() {
                 Ok((sock, from)) => {
                     if sock.set_nonblocking(true).is_err() {
                         continue;
                     }
-                    pending.push(Incoming {
+                    self.pending.push(Incoming {
                         sock,
                         from,
                         since: Instant::now(),
@@ -288,24 +323,64 @@ pub(super) fn accept_peers(
                 }
             }
         }
+        let mut admitted = 0;
         let mut i = 0;
-        while i < pending.len() {
-            let step = if pending[i].since.elapsed() > HANDSHAKE_TIMEOUT {
+        while i < self.pending.len() {
+            let step = if self.pending[i].since.elapsed() > HANDSHAKE_TIMEOUT {
                 Step::Dropped("it did not finish the handshake in time".into())
             } else {
-                acceptor.step(&mut pending[i], slots)
+                acceptor.step(&mut self.pending[i], adm)
             };
             match step {
                 Step::Pending => i += 1,
                 Step::Done(slot) => {
-                    let inc = pending.swap_remove(i);
-                    configure(&inc.sock)?;
-                    slots.socks[slot.peer][slot.stream] = Some(inc.sock);
-                    missing -= 1;
+                    let inc = self.pending.swap_remove(i);
+                    match configure(&inc.sock) {
+                        Ok(()) => {
+                            adm.admit(slot, inc.sock);
+                            admitted += 1;
+                        }
+                        Err(e) => log::warn!("rank {rank}: dropped {}: {e}", inc.from),
+                    }
                 }
-                Step::Dropped(why) => drop_conn(pending.swap_remove(i), &why),
+                Step::Dropped(why) => {
+                    let inc = self.pending.swap_remove(i);
+                    // No reason: an expected refusal (two ranks dialled each other at once).
+                    if !why.is_empty() {
+                        log::warn!("rank {rank}: dropped a connection from {}: {why}", inc.from);
+                    }
+                }
             }
         }
+        admitted
+    }
+
+    /// What poll(2) waits on for the next round: `listener` while there is room, and every
+    /// handshake in progress.
+    pub(super) fn pollfds(&self, listener: &TcpListener) -> Vec<libc::pollfd> {
+        // A full house leaves the listener out: what waits there waits for a free place.
+        let listening = (self.pending.len() < MAX_PENDING).then(|| listener.as_raw_fd());
+        listening
+            .into_iter()
+            .chain(self.pending.iter().map(|p| p.sock.as_raw_fd()))
+            .map(|fd| pollfd(fd, libc::POLLIN))
+            .collect()
+    }
+}
+
+/// Accepts the connections `slots` expects on `listener` until all are connected or
+/// `deadline` passes.
+pub(super) fn accept_peers(
+    listener: &TcpListener,
+    acceptor: &Acceptor<'_>,
+    slots: &mut Slots,
+    deadline: Instant,
+) -> Result<()> {
+    let rank = acceptor.rank;
+    let mut accepting = Accepting::default();
+    let mut missing = slots.missing_count();
+    while missing > 0 {
+        missing -= accepting.serve(listener, acceptor, slots);
         if missing == 0 {
             break;
         }
@@ -317,13 +392,7 @@ pub(super) fn accept_peers(
                 absent.join(", ")
             ))
         })?;
-        // A full house leaves the listener out: what waits there waits for a free place.
-        let listening = (pending.len() < MAX_PENDING).then(|| listener.as_raw_fd());
-        let mut fds: Vec<libc::pollfd> = listening
-            .into_iter()
-            .chain(pending.iter().map(|p| p.sock.as_raw_fd()))
-            .map(|fd| pollfd(fd, libc::POLLIN))
-            .collect();
+        let mut fds = accepting.pollfds(listener);
         poll_fds(
             &mut fds,
             interrupt::slice(left.min(Duration::from_millis(100))),

@@ -45,10 +45,30 @@ fn jittered(base: Duration) -> Duration {
     base.mul_f64(0.5 + f64::from(r) / 65536.0)
 }
 
+/// How a dial may end early: `Refused` says whether a refused connection is final (the peer
+/// listened once, so it has exited) rather than a peer not listening yet; `stop` ends the
+/// dial (checked between attempts and while waiting for the handshake).
+#[derive(Clone, Copy)]
+pub(super) struct DialEnd<'a> {
+    pub(super) refused_is_final: bool,
+    pub(super) stop: Option<&'a dyn Fn() -> bool>,
+}
+
+/// At connect: peers may not listen yet, and nothing stops a dial but its deadline.
+const AT_CONNECT: DialEnd<'static> = DialEnd {
+    refused_is_final: false,
+    stop: None,
+};
+
 /// Dials `addr` until it answers or `deadline` passes, backing off (with jitter, up to
 /// `MAX_BACKOFF`) while the refusal is one that passes. The error names the peer and the
 /// last cause.
-fn connect_with_retry(addr: SocketAddr, deadline: Instant, peer: usize) -> Result<TcpStream> {
+fn connect_with_retry(
+    addr: SocketAddr,
+    deadline: Instant,
+    peer: usize,
+    end: DialEnd<'_>,
+) -> Result<TcpStream> {
     const MAX_BACKOFF: Duration = Duration::from_millis(500);
     let mut backoff = Duration::from_millis(1);
     let mut last: Option<io::Error> = None;
@@ -59,8 +79,19 @@ fn connect_with_retry(addr: SocketAddr, deadline: Instant, peer: usize) -> Resul
                 "timed out connecting to rank {peer} at {addr} (last attempt: {why})"
             )));
         };
+        if end.stop.is_some_and(|stop| stop()) {
+            return Err(Error::network(format!(
+                "stopped connecting to rank {peer} at {addr}"
+            )));
+        }
         match TcpStream::connect_timeout(&addr, left) {
             Ok(s) => return Ok(s),
+            Err(e) if end.refused_is_final && e.kind() == io::ErrorKind::ConnectionRefused => {
+                return Err(Error::network(format!(
+                    "rank {peer} refused a connection at {addr}: it has exited or destroyed \
+                     its process group"
+                )))
+            }
             Err(e) if transient(&e) => {
                 interrupt::sleep(jittered(backoff).min(left))?;
                 backoff = (backoff * 2).min(MAX_BACKOFF);
@@ -76,8 +107,9 @@ fn connect_with_retry(addr: SocketAddr, deadline: Instant, peer: usize) -> Resul
 }
 
 /// The connecting side's handshake with rank `peer` at `addr`: hello, reply, and with a key the
-/// proofs both ways. Returns the round trip from hello to reply (a latency sample). Errors say
-/// why `peer` refused (or failed to prove itself).
+/// proofs both ways. Returns the round trip from hello to reply (a latency sample), or the
+/// status `peer` refused with. Errors say why the handshake broke (or `peer` failed to prove
+/// itself).
 fn greet(
     sock: &mut TcpStream,
     hello: &Hello,
@@ -85,7 +117,8 @@ fn greet(
     peer: usize,
     addr: SocketAddr,
     deadline: Instant,
-) -> Result<Duration> {
+    stop: Option<&dyn Fn() -> bool>,
+) -> Result<std::result::Result<Duration, Status>> {
     let me = hello.rank;
     let fail = |why: &str| {
         Error::network(format!(
@@ -94,6 +127,7 @@ fn greet(
     };
     let hello_bytes = hello.encode();
     let mut io = DeadlineIo::new(sock, deadline);
+    io.stop = stop;
     let read_reply = |io: &mut DeadlineIo<'_>| -> Result<Reply> {
         let mut b = [0u8; REPLY_LEN];
         match io.read_exact(&mut b) {
@@ -112,7 +146,7 @@ fn greet(
     let reply = read_reply(&mut io)?;
     let round_trip = start.elapsed();
     match (reply.status, key) {
-        (Status::Ok, None) => Ok(round_trip),
+        (Status::Ok, None) => Ok(Ok(round_trip)),
         (Status::Challenge, Some(key)) => {
             let theirs_ok = key.verify(ACCEPTOR_LABEL, &[&hello_bytes, &reply.nonce], &reply.tag);
             // Our proof goes out even when theirs failed, so that they log the refusal too.
@@ -122,12 +156,20 @@ fn greet(
                 return Err(fail(Status::AuthFailed.refusal()));
             }
             match read_reply(&mut io)?.status {
-                Status::Ok => Ok(round_trip),
-                other => Err(fail(other.refusal())),
+                Status::Ok => Ok(Ok(round_trip)),
+                other => Ok(Err(other)),
             }
         }
-        (other, _) => Err(fail(other.refusal())),
+        (other, _) => Ok(Err(other)),
     }
+}
+
+/// The error of a dial `peer` refused with `status`.
+pub(super) fn refused(me: u64, peer: usize, addr: SocketAddr, status: Status) -> Error {
+    Error::network(format!(
+        "rank {me} cannot connect to rank {peer} at {addr}: {}",
+        status.refusal()
+    ))
 }
 
 /// What a rank publishes under `{prefix}/addr/{rank}`: its listening address and the job id.
@@ -163,21 +205,6 @@ pub fn peer_entries(
         .collect()
 }
 
-/// Connects this rank to every other rank of the group: publishes its listening address under
-/// `{prefix}/addr/{rank}`, connects to every lower rank and accepts every higher one, all before
-/// `deadline`, authenticating with `RUSTDIST_AUTH_KEY` when set.
-pub fn connect_mesh(
-    store: &dyn Store,
-    prefix: &str,
-    rank: usize,
-    size: usize,
-    group: u32,
-    deadline: Instant,
-) -> Result<Mesh> {
-    let key = AuthKey::from_env();
-    connect_mesh_with(store, prefix, rank, size, group, deadline, key.as_ref())
-}
-
 /// A connected mesh: a socket to every peer, and what the heartbeat needs.
 pub struct Mesh {
     /// Non-blocking, TCP_NODELAY, indexed by rank (`None` for this rank).
@@ -186,12 +213,26 @@ pub struct Mesh {
     pub job: u64,
     /// A UDP socket on this rank's listening address (`None` alone in the group).
     pub udp: Option<UdpSocket>,
-    /// The listening address of every lower rank (where its UDP socket is, too).
+    /// The listening address of every peer (where its UDP socket is, too).
     pub addrs: Vec<Option<SocketAddr>>,
     /// The shortest handshake round trip this rank saw connecting to the lower ranks.
     pub round_trip: Option<Duration>,
     /// Where the higher ranks connect, kept for their extra streams ([`connect_streams`]).
     listener: Option<TcpListener>,
+}
+
+impl Mesh {
+    /// The listener, for links made later ([`super::OnDemand`]); None alone in the group.
+    pub fn take_listener(&mut self) -> Option<TcpListener> {
+        self.listener.take()
+    }
+
+    /// Whether the group spans hosts: some peer listens on another address than this rank
+    /// (every rank answers the same).
+    pub fn spans_hosts(&self) -> bool {
+        let own = self.listener.as_ref().and_then(|l| l.local_addr().ok());
+        own.is_some_and(|own| self.addrs.iter().flatten().any(|a| a.ip() != own.ip()))
+    }
 }
 
 /// A TCP listener on `ip` and a UDP socket with the same port number.
@@ -215,7 +256,13 @@ fn bind_pair(ip: IpAddr) -> Result<(TcpListener, UdpSocket, SocketAddr)> {
     )))
 }
 
-/// [`connect_mesh`] with the auth key given (`None`: no authentication).
+/// Connects this rank to the peers of the group that `now` names (every one: a full mesh; the
+/// rest are left to links on demand, [`super::OnDemand`]): publishes its listening address
+/// under `{prefix}/addr/{rank}`, dials the lower ranks named and accepts the higher ones, all
+/// before `deadline`, authenticating with `key` when given. Every rank must pass a symmetric
+/// `now` (p names q exactly when q names p). Every peer's address is learnt either way, in
+/// two store requests.
+#[allow(clippy::too_many_arguments)]
 pub fn connect_mesh_with(
     store: &dyn Store,
     prefix: &str,
@@ -224,6 +271,7 @@ pub fn connect_mesh_with(
     group: u32,
     deadline: Instant,
     key: Option<&AuthKey>,
+    now: &dyn Fn(usize) -> bool,
 ) -> Result<Mesh> {
     let mut socks: Vec<Option<TcpStream>> = (0..size).map(|_| None).collect();
     let mut addrs = vec![None; size];
@@ -260,12 +308,11 @@ pub fn connect_mesh_with(
     let entries = first
         .into_iter()
         .chain(peer_entries(store, prefix, &others, deadline)?);
-    for ((peer, slot), (peer_addr, peer_job)) in socks.iter_mut().enumerate().zip(entries) {
-        if peer_job != job {
-            return Err(Error::network(format!(
-                "rank {peer} published an address of another job under {prefix:?} (job \
-                 {peer_job:#x}, rank 0's is {job:#x}): stale keys in the store?"
-            )));
+    for (peer, (peer_addr, peer_job)) in entries.enumerate() {
+        check_job(prefix, peer, peer_job, job)?;
+        addrs[peer] = Some(peer_addr);
+        if !now(peer) {
+            continue;
         }
         let hello = Hello {
             job,
@@ -278,8 +325,7 @@ pub fn connect_mesh_with(
         };
         let (sock, round_trip) = dial(hello, key, peer, peer_addr, deadline)?;
         shortest_round_trip = Some(shortest_round_trip.map_or(round_trip, |s| s.min(round_trip)));
-        *slot = Some(sock);
-        addrs[peer] = Some(peer_addr);
+        socks[peer] = Some(sock);
     }
     listener
         .set_nonblocking(true)
@@ -293,13 +339,32 @@ pub fn connect_mesh_with(
     };
     let mut slots = Slots {
         socks: (0..size)
-            .map(|p| if p > rank { vec![None] } else { Vec::new() })
+            .map(|p| {
+                if p > rank && now(p) {
+                    vec![None]
+                } else {
+                    Vec::new()
+                }
+            })
             .collect(),
         first_stream: 0,
     };
     accept_peers(&listener, &acceptor, &mut slots, deadline)?;
     for (slot, mut accepted) in socks.iter_mut().zip(slots.socks).skip(rank + 1) {
-        *slot = accepted.pop().flatten();
+        if let Some(sock) = accepted.pop().flatten() {
+            *slot = Some(sock);
+        }
+    }
+    // The higher ranks have all published now (those linked dialled this one): one request
+    // completes the addresses, for heartbeats and links on demand.
+    let higher: Vec<usize> = (rank + 1..size).collect();
+    for (peer, (peer_addr, peer_job)) in higher
+        .iter()
+        .copied()
+        .zip(peer_entries(store, prefix, &higher, deadline)?)
+    {
+        check_job(prefix, peer, peer_job, job)?;
+        addrs[peer] = Some(peer_addr);
     }
     Ok(Mesh {
         socks,
@@ -311,22 +376,61 @@ pub fn connect_mesh_with(
     })
 }
 
-/// Connects to `peer` at `addr` as `hello` says (with a fresh nonce when keyed) and configures
-/// the socket; returns it with the handshake's round trip.
-fn dial(
+/// Fails when rank `peer` published an address of another job than rank 0's `job`.
+fn check_job(prefix: &str, peer: usize, peer_job: u64, job: u64) -> Result<()> {
+    if peer_job == job {
+        return Ok(());
+    }
+    Err(Error::network(format!(
+        "rank {peer} published an address of another job under {prefix:?} (job \
+         {peer_job:#x}, rank 0's is {job:#x}): stale keys in the store?"
+    )))
+}
+
+/// How a dial ended: admitted (the configured socket and the handshake's round trip), or
+/// refused with a status.
+pub(super) enum Dialled {
+    Admitted(TcpStream, Duration),
+    Refused(Status),
+}
+
+/// Connects to `peer` at `addr` as `hello` says (with a fresh nonce when keyed) and, when
+/// admitted, configures the socket.
+pub(super) fn dial_once(
     mut hello: Hello,
     key: Option<&AuthKey>,
     peer: usize,
     addr: SocketAddr,
     deadline: Instant,
-) -> Result<(TcpStream, Duration)> {
+    end: DialEnd<'_>,
+) -> Result<Dialled> {
     if key.is_some() {
         hello.nonce = auth::nonce()?;
     }
-    let mut sock = connect_with_retry(addr, deadline, peer)?;
-    let round_trip = greet(&mut sock, &hello, key, peer, addr, deadline)?;
-    configure(&sock)?;
-    Ok((sock, round_trip))
+    let mut sock = connect_with_retry(addr, deadline, peer, end)?;
+    Ok(
+        match greet(&mut sock, &hello, key, peer, addr, deadline, end.stop)? {
+            Ok(round_trip) => {
+                configure(&sock)?;
+                Dialled::Admitted(sock, round_trip)
+            }
+            Err(status) => Dialled::Refused(status),
+        },
+    )
+}
+
+/// [`dial_once`], a refusal being an error.
+fn dial(
+    hello: Hello,
+    key: Option<&AuthKey>,
+    peer: usize,
+    addr: SocketAddr,
+    deadline: Instant,
+) -> Result<(TcpStream, Duration)> {
+    match dial_once(hello, key, peer, addr, deadline, AT_CONNECT)? {
+        Dialled::Admitted(sock, round_trip) => Ok((sock, round_trip)),
+        Dialled::Refused(status) => Err(refused(hello.rank, peer, addr, status)),
+    }
 }
 
 /// Opens `streams - 1` more connections to every peer that `mesh` reaches across hosts

@@ -1,5 +1,7 @@
 //! TCP connection setup: every rank listens on its chosen interface, publishes its address in
-//! the store, connects to the lower ranks and accepts the higher ones.
+//! the store, connects to the lower ranks and accepts the higher ones: all of them with
+//! `RUSTDIST_EAGER_CONNECT=1`, else only its ring neighbours (and the peers it shares memory
+//! with), the rest on first use ([`OnDemand`]).
 //!
 //! Each connection opens with a handshake. The connecting rank sends a fixed-size hello naming
 //! the job (a random id rank 0 draws and publishes with its address, so two jobs never
@@ -20,20 +22,24 @@
 //! others; `probe` (link latency and bandwidth) uses `poll` and `socket`; `acceptor` (the
 //! accepting side) uses `handshake`, `poll` and `socket`; `connect` (the connecting side,
 //! the mesh and its extra streams) uses `handshake`, `interface`, `socket` and `acceptor`.
-//! Only this file uses `connect`; it re-exports the public surface, so every path stays
+//! `ondemand` (links made on first use, after connect: the listener served by a thread, the
+//! dialling side) uses `acceptor`, `connect`, `handshake` and `poll`. Only this file uses
+//! `connect` and `ondemand`; it re-exports the public surface, so every path stays
 //! `transport::tcp::X`.
 
 mod acceptor;
 mod connect;
 mod handshake;
 mod interface;
+mod ondemand;
 mod poll;
 mod probe;
 mod socket;
 
-pub use connect::{connect_mesh, connect_mesh_with, connect_streams, peer_entries, Mesh};
+pub use connect::{connect_mesh_with, connect_streams, peer_entries, Mesh};
 pub use handshake::{Hello, Reply, Status, HELLO_LEN, REPLY_LEN};
 pub use interface::{interfaces, select_interface, Interface, IFNAME_VARS};
+pub use ondemand::OnDemand;
 pub use poll::{poll_fds, pollfd};
 pub use probe::{agree_latency, agree_links, stream_window, LinkAgreement};
 

@@ -75,20 +75,23 @@ pub fn stream_window() -> u64 {
 /// what the previous rank streams to it, and publishes that rate with its [`stream_window`];
 /// rank 0 takes the slowest rate and the smallest window, asks `streams_for(rate, window)`
 /// how many streams that needs, and publishes both under `prefix`. Costs a few ms and two
-/// store round trips per group, only when it spans hosts.
+/// store round trips per group, only when it spans hosts (`spans_hosts`, which every rank
+/// must pass alike); `socks` needs only the ring's links.
 ///
 /// [`Mesh`]: super::Mesh
+#[allow(clippy::too_many_arguments)]
 pub fn agree_links(
     store: &dyn Store,
     prefix: &str,
     rank: usize,
     size: usize,
     socks: &[Option<TcpStream>],
+    spans_hosts: bool,
     deadline: Instant,
     streams_for: &dyn Fn(Option<u64>, u64) -> Result<usize>,
 ) -> Result<LinkAgreement> {
-    // One rank sees every other; if none of its links joins two hosts, no link does.
-    if !socks.iter().flatten().any(between_hosts) {
+    // Every rank answers the same (from the addresses all published), so all skip or none.
+    if !spans_hosts {
         return Ok(LinkAgreement {
             bandwidth: None,
             streams: 1,

@@ -34,8 +34,17 @@ fn spawn_rank(
     let key = key.and_then(AuthKey::new);
     thread::spawn(move || {
         let deadline = Instant::now() + Duration::from_secs(60);
-        connect_mesh_with(&*store, &prefix, rank, size, GROUP, deadline, key.as_ref())
-            .map(|m| m.socks)
+        connect_mesh_with(
+            &*store,
+            &prefix,
+            rank,
+            size,
+            GROUP,
+            deadline,
+            key.as_ref(),
+            &|_| true,
+        )
+        .map(|m| m.socks)
     })
 }
 
@@ -184,6 +193,15 @@ fn tcp_duplicate_rank_is_refused() {
     let p = "dup";
     let r0 = spawn_rank(&store, p, 0, 3, None);
     let (addr, job) = rank0(&store, p);
+    // The fakes' addresses (rank 0 reads them once its peers are in).
+    for fake_rank in [1, 2] {
+        store
+            .set(
+                &format!("{p}/addr/{fake_rank}"),
+                format!("{addr} {job:016x}").as_bytes(),
+            )
+            .unwrap();
+    }
     let (mut first, reply) = fake(addr, &hello(job, GROUP, 3, 1));
     assert_eq!(reply.map(|r| r.status), Some(Status::Ok));
     assert_eq!(
@@ -459,7 +477,9 @@ fn agreed_links(socks: Vec<Vec<Option<TcpStream>>>, streams: usize) -> Vec<LinkA
                     assert_eq!(window, stream_window());
                     Ok(streams)
                 };
-                let agreed = agree_links(&*store, "bw", rank, size, &socks, deadline, &policy);
+                let spans = socks.iter().flatten().any(super::socket::between_hosts);
+                let agreed =
+                    agree_links(&*store, "bw", rank, size, &socks, spans, deadline, &policy);
                 (agreed.unwrap(), socks)
             })
         })

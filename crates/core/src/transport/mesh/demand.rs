@@ -1,0 +1,63 @@
+//! Links on demand, the mesh's side (the connections are made in `tcp::OnDemand`): a peer
+//! without a link is linked before the first frame goes to it or the first receive waits on
+//! it, and the links peers made to this rank are taken at each sweep, or as soon as the
+//! accepting thread wakes a sleeping poll.
+
+use std::net::TcpStream;
+use std::time::Instant;
+
+use super::link::Connection;
+use super::state::MeshTransport;
+use crate::error::Result;
+use crate::interrupt;
+
+impl MeshTransport {
+    /// Makes sure peer `p` has a link, dialling it if need be, before `deadline`; a failure
+    /// (the peer has exited, the group was aborted meanwhile) fails the transport.
+    pub(super) fn link(&mut self, p: usize, deadline: Instant) -> Result<()> {
+        if self.peer(p)?.link.linked() {
+            return Ok(());
+        }
+        let Some(on_demand) = self.on_demand.as_ref() else {
+            return Ok(());
+        };
+        let cancel = self.cancel.clone();
+        let stop = || cancel.is_raised() || interrupt::check().is_err();
+        match on_demand.link(p, deadline, &stop) {
+            Ok(socks) => {
+                self.install(p, socks);
+                Ok(())
+            }
+            Err(e) => {
+                // What stopped the dial is the error to report.
+                if let Err(raised) = self.cancel.check() {
+                    return Err(self.fail(raised));
+                }
+                interrupt::check()?;
+                Err(self.fail(e))
+            }
+        }
+    }
+
+    /// Takes the links peers made to this rank; returns those peers.
+    pub(super) fn take_arrivals(&mut self) -> Vec<usize> {
+        let Some(on_demand) = self.on_demand.as_ref() else {
+            return Vec::new();
+        };
+        let arrived = on_demand.arrivals();
+        arrived
+            .into_iter()
+            .map(|(p, socks)| {
+                self.install(p, socks);
+                p
+            })
+            .collect()
+    }
+
+    fn install(&mut self, p: usize, socks: Vec<TcpStream>) {
+        let mut socks = socks.into_iter();
+        if let (Some(peer), Some(first)) = (self.peers[p].as_mut(), socks.next()) {
+            peer.link = Connection::new(first, None, socks.collect());
+        }
+    }
+}

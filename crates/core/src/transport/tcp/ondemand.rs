@@ -1,0 +1,421 @@
+//! Links made on first use. After connect a rank keeps its listener and every peer's
+//! address; the first operation that needs a peer it has no link to dials it, and a thread of
+//! the group accepts the peers that dial this rank, at any time (so a dial never waits for
+//! what the other rank is doing). A rank's sockets then grow with the peers it talks to, not
+//! with the world.
+//!
+//! Either rank of a pair may dial first. When both dial at once each acceptor sees its own
+//! dial in flight and admits the other's only if it comes from the lower rank; the higher
+//! rank's dial is refused (`Duplicate`) and it takes the lower rank's connection instead. The
+//! state of each peer's link sits under one lock shared by the dialling mesh and the
+//! accepting thread, so the two can never both keep a connection.
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use socket2::SockRef;
+
+use super::acceptor::{Accepting, Acceptor, Admission, Slot};
+use super::connect::{dial_once, refused, DialEnd, Dialled};
+use super::handshake::{Hello, Status};
+use super::poll::{poll_fds, pollfd};
+use crate::auth::{AuthKey, NONCE_LEN};
+use crate::error::{Error, Result};
+use crate::transport::remaining;
+
+/// Where a peer's link stands.
+enum State {
+    /// No link, nobody dialling.
+    Unlinked,
+    /// This rank is dialling the peer.
+    Dialling,
+    /// The peer's streams accepted so far (a peer across hosts may have several).
+    Accepting(Vec<TcpStream>),
+    /// All streams accepted, for the mesh to take.
+    Arrived(Vec<TcpStream>),
+    /// The mesh has the link.
+    Linked,
+}
+
+/// Who this rank is in its group, as hellos are checked (renumbered by a shrink).
+#[derive(Debug, Clone, Copy)]
+struct View {
+    job: u64,
+    group: u32,
+    rank: usize,
+    size: usize,
+}
+
+/// The links of a group, shared by the mesh (which dials) and the accepting thread.
+struct Book {
+    view: View,
+    own_ip: IpAddr,
+    /// Streams to each peer on another host.
+    streams: usize,
+    addrs: Vec<Option<SocketAddr>>,
+    links: Vec<State>,
+}
+
+impl Book {
+    /// Streams to `peer`: several across hosts (both ends compare the same two addresses).
+    fn streams_to(&self, peer: usize) -> usize {
+        match self.addrs[peer] {
+            Some(addr) if self.streams > 1 && addr.ip() != self.own_ip => self.streams,
+            _ => 1,
+        }
+    }
+}
+
+impl Admission for Book {
+    fn refusal(&self, slot: Slot) -> Option<(Status, String)> {
+        let Slot { peer, stream } = slot;
+        let me = self.view.rank;
+        match (&self.links[peer], stream) {
+            (State::Unlinked, 0) => None,
+            // Both dialled: the lower rank's connection is the one kept.
+            (State::Dialling, 0) if peer < me => None,
+            (State::Dialling, 0) => Some((Status::Duplicate, String::new())),
+            (State::Accepting(got), s) if s == got.len() && s < self.streams_to(peer) => None,
+            (_, 0) => Some((
+                Status::Duplicate,
+                format!("a second connection claims rank {peer}, which is already connected"),
+            )),
+            _ => Some((
+                Status::BadRank,
+                format!("rank {peer} offers stream {stream}, which rank {me} does not expect"),
+            )),
+        }
+    }
+
+    fn admit(&mut self, slot: Slot, sock: TcpStream) {
+        let want = self.streams_to(slot.peer);
+        let state = &mut self.links[slot.peer];
+        let mut got = match std::mem::replace(state, State::Unlinked) {
+            State::Accepting(got) => got,
+            _ => Vec::new(),
+        };
+        got.push(sock);
+        *state = if got.len() == want {
+            State::Arrived(got)
+        } else {
+            State::Accepting(got)
+        };
+    }
+}
+
+struct Shared {
+    book: Mutex<Book>,
+    /// Notified when a link arrives.
+    arrived: Condvar,
+    /// Set when links wait to be taken, so that the mesh looks without the lock.
+    waiting: AtomicBool,
+    key: Option<AuthKey>,
+    listener: TcpListener,
+    /// An eventfd written on each arrival: the mesh polls it to wake.
+    wake: File,
+    /// Tells the accepting thread to end (with the listener shut down to wake it).
+    stop: AtomicBool,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Book> {
+        // A panic while holding the lock leaves plain data: go on with it.
+        self.book.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A group's links on demand: its listener served by a thread, and the dialling side.
+pub struct OnDemand {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// A non-blocking eventfd.
+fn eventfd() -> io::Result<File> {
+    // SAFETY: eventfd takes no pointers; its result is checked below.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+    Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
+}
+
+impl OnDemand {
+    /// Serves `listener` for group `group` (job `job`) of `size` ranks as rank `rank`, whose
+    /// peers listen at `addrs` and are already linked where `linked` says; `streams` per
+    /// peer on another host; hellos checked with `key` when set.
+    #[allow(clippy::too_many_arguments)]
+    pub fn start(
+        listener: TcpListener,
+        job: u64,
+        group: u32,
+        rank: usize,
+        size: usize,
+        addrs: Vec<Option<SocketAddr>>,
+        linked: &dyn Fn(usize) -> bool,
+        streams: usize,
+        key: Option<AuthKey>,
+    ) -> Result<OnDemand> {
+        let io_err = |e: io::Error| Error::network(format!("links on demand: {e}"));
+        let own_ip = listener.local_addr().map_err(io_err)?.ip();
+        listener.set_nonblocking(true).map_err(io_err)?;
+        let links = (0..size)
+            .map(|p| {
+                if p == rank || linked(p) {
+                    State::Linked
+                } else {
+                    State::Unlinked
+                }
+            })
+            .collect();
+        let shared = Arc::new(Shared {
+            book: Mutex::new(Book {
+                view: View {
+                    job,
+                    group,
+                    rank,
+                    size,
+                },
+                own_ip,
+                streams,
+                addrs,
+                links,
+            }),
+            arrived: Condvar::new(),
+            waiting: AtomicBool::new(false),
+            key,
+            listener,
+            wake: eventfd().map_err(io_err)?,
+            stop: AtomicBool::new(false),
+        });
+        let serving = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("rustdist-accept-{rank}"))
+            .spawn(move || serve(&serving))
+            .map_err(io_err)?;
+        Ok(OnDemand {
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    /// A link to `peer`: one that arrived, else this rank dials it (and, if `peer` dialled at
+    /// the same moment and wins, takes its connection), before `deadline` or until `stop`
+    /// says. Its streams, the first first. A peer that refuses the connection has exited.
+    pub fn link(
+        &self,
+        peer: usize,
+        deadline: Instant,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<Vec<TcpStream>> {
+        let (view, addr, streams) = {
+            let mut book = self.shared.lock();
+            match std::mem::replace(&mut book.links[peer], State::Dialling) {
+                State::Arrived(socks) => {
+                    book.links[peer] = State::Linked;
+                    return Ok(socks);
+                }
+                State::Unlinked => {}
+                // The peer is dialling this rank (its streams on their way): wait for them.
+                State::Accepting(got) => {
+                    book.links[peer] = State::Accepting(got);
+                    drop(book);
+                    return self.wait_for(peer, deadline, stop);
+                }
+                State::Linked | State::Dialling => {
+                    book.links[peer] = State::Linked;
+                    return Err(Error::backend(format!("rank {peer} is linked already")));
+                }
+            }
+            (book.view, book.addrs[peer], book.streams_to(peer))
+        };
+        let dialled = match addr {
+            Some(addr) => self.dial(view, peer, addr, streams, deadline, stop),
+            None => Err(Error::backend(format!("rank {peer}'s address is unknown"))),
+        };
+        let mut book = self.shared.lock();
+        match dialled {
+            Ok(Some(socks)) => {
+                book.links[peer] = State::Linked;
+                Ok(socks)
+            }
+            // Refused: the peer dialled too and its connection is the one kept.
+            Ok(None) => {
+                drop(book);
+                self.wait_for(peer, deadline, stop)
+            }
+            Err(e) => {
+                if matches!(book.links[peer], State::Dialling) {
+                    book.links[peer] = State::Unlinked;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Dials every stream to `peer` at `addr`; None when the peer refused the first because
+    /// it dialled this rank at the same moment and its connection wins.
+    fn dial(
+        &self,
+        view: View,
+        peer: usize,
+        addr: SocketAddr,
+        streams: usize,
+        deadline: Instant,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<Option<Vec<TcpStream>>> {
+        let end = DialEnd {
+            refused_is_final: true,
+            stop: Some(stop),
+        };
+        let mut socks = Vec::with_capacity(streams);
+        for stream in 0..streams {
+            let hello = Hello {
+                job: view.job,
+                group: view.group,
+                size: u32::try_from(view.size)
+                    .map_err(|_| Error::invalid("world size exceeds u32"))?,
+                rank: view.rank as u64,
+                stream: stream as u32,
+                auth: self.shared.key.is_some(),
+                nonce: [0; NONCE_LEN],
+            };
+            match dial_once(hello, self.shared.key.as_ref(), peer, addr, deadline, end)? {
+                Dialled::Admitted(sock, _) => socks.push(sock),
+                Dialled::Refused(Status::Duplicate) if stream == 0 && peer < view.rank => {
+                    return Ok(None)
+                }
+                Dialled::Refused(status) => return Err(refused(hello.rank, peer, addr, status)),
+            }
+        }
+        Ok(Some(socks))
+    }
+
+    /// Waits for `peer`'s streams, which it is dialling, until `deadline` or `stop`.
+    fn wait_for(
+        &self,
+        peer: usize,
+        deadline: Instant,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<Vec<TcpStream>> {
+        const STOP_SLICE: Duration = Duration::from_millis(50);
+        let mut book = self.shared.lock();
+        loop {
+            if let State::Arrived(_) = book.links[peer] {
+                if let State::Arrived(socks) =
+                    std::mem::replace(&mut book.links[peer], State::Linked)
+                {
+                    return Ok(socks);
+                }
+            }
+            let left = remaining(deadline).filter(|_| !stop());
+            let Some(left) = left else {
+                return Err(Error::network(format!(
+                    "rank {} gave up waiting for rank {peer} to connect",
+                    book.view.rank
+                )));
+            };
+            book = self
+                .shared
+                .arrived
+                .wait_timeout(book, left.min(STOP_SLICE))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    /// Links that arrived without this rank asking (the peers that dialled it), by peer.
+    pub fn arrivals(&self) -> Vec<(usize, Vec<TcpStream>)> {
+        // Drained first, so that a wake written after the flag was cleared stays readable.
+        let _ = (&self.shared.wake).read(&mut [0u8; 8]);
+        if !self.shared.waiting.swap(false, Ordering::AcqRel) {
+            return Vec::new();
+        }
+        let mut book = self.shared.lock();
+        let mut out = Vec::new();
+        for (p, state) in book.links.iter_mut().enumerate() {
+            if matches!(state, State::Arrived(_)) {
+                if let State::Arrived(socks) = std::mem::replace(state, State::Linked) {
+                    out.push((p, socks));
+                }
+            }
+        }
+        out
+    }
+
+    /// What the mesh polls to wake when a link arrives.
+    pub fn wake_fd(&self) -> libc::pollfd {
+        pollfd(self.shared.wake.as_raw_fd(), libc::POLLIN)
+    }
+
+    /// Goes on as the group of the ranks `keep` (sorted, old numbers) with id `group`: the
+    /// links and addresses renumbered, hellos checked against the new group from now on.
+    pub fn renumber(&self, keep: &[usize], group: u32) {
+        let mut book = self.shared.lock();
+        let old_rank = book.view.rank;
+        let mut links: Vec<State> = keep
+            .iter()
+            .map(|&p| std::mem::replace(&mut book.links[p], State::Unlinked))
+            .collect();
+        // A half-accepted peer starts over: its dialler fails and the group with it.
+        for state in &mut links {
+            if matches!(state, State::Accepting(_)) {
+                *state = State::Unlinked;
+            }
+        }
+        book.addrs = keep.iter().map(|&p| book.addrs[p]).collect();
+        book.links = links;
+        book.view.group = group;
+        book.view.size = keep.len();
+        book.view.rank = keep.iter().position(|&p| p == old_rank).unwrap_or(0);
+    }
+}
+
+impl Drop for OnDemand {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        // Wakes the thread's poll at once (a shut listener reads as hung up).
+        let _ = SockRef::from(&self.shared.listener).shutdown(Shutdown::Both);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The accepting thread: serves the listener until told to stop.
+fn serve(shared: &Shared) {
+    let mut accepting = Accepting::default();
+    while !shared.stop.load(Ordering::Acquire) {
+        let admitted = {
+            let mut book = shared.lock();
+            let View {
+                job,
+                group,
+                rank,
+                size,
+            } = book.view;
+            let acceptor = Acceptor {
+                rank,
+                size,
+                group,
+                job,
+                key: shared.key.as_ref(),
+            };
+            accepting.serve(&shared.listener, &acceptor, &mut *book)
+        };
+        if admitted > 0 {
+            shared.waiting.store(true, Ordering::Release);
+            shared.arrived.notify_all();
+            let _ = (&shared.wake).write(&1u64.to_ne_bytes());
+        }
+        let mut fds = accepting.pollfds(&shared.listener);
+        poll_fds(&mut fds, Duration::from_millis(500));
+    }
+}
