@@ -69,13 +69,17 @@ def _opened(before: set[tuple[str, int, str, int]]) -> dict[str, Any]:
 def case_where(dist: Any, rank: int, world: int) -> dict[str, Any]:
     """This rank's hostname, MASTER_ADDR, and of a new group of every rank: the local addresses
     of the peer connections it opened, their count, and its streams per peer on other hosts
-    (an all_reduce on it proves it works)."""
+    (an all_reduce on it proves it works; an all_to_all links every peer, as links are made
+    on first use)."""
     before = peer_connections()
     group = dist.new_group(list(range(world)))
     try:
         t = torch.ones(3)
         dist.all_reduce(t, group=group)
         assert t.tolist() == [float(world)] * 3, t
+        out = torch.zeros(world, dtype=torch.int64)
+        dist.all_to_all_single(out, torch.arange(world) + 10 * rank, group=group)
+        assert out.tolist() == [10 * r + rank for r in range(world)], out
         return {"hostname": socket.gethostname(), "master": os.environ["MASTER_ADDR"],
                 **_opened(before), "streams": group._pg.streams_per_peer}
     finally:

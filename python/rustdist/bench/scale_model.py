@@ -4,9 +4,13 @@ measured ``--scale`` runs (their JSON files) and the TCP link model the engine k
 Two models per figure. **This machine**: the measured curve of rustdist over TCP fitted by
 least squares (coefficients kept non-negative) on terms that say where the time goes:
 
-* init: ``c0 + c1 W + c2 W^2``: a fixed part; each rank's W - 1 handshakes and the store's
-  O(W) requests; and the W (W - 1) / 2 handshakes of the full mesh sharing this machine's
-  cores (zero with a core per rank);
+* init: ``c0 + c1 W + c2 W^2``: a fixed part; the store's O(W) requests, which one thread
+  serves (a rank makes O(1) of them, and links only its ring neighbours at init: the rest on
+  first use); and the W ranks sharing this machine's cores (zero with a core per rank);
+* fds per rank (median): ``f0 + f1 log2 W + f2 W``: a fixed part; the peers of the log2 W
+  steps of recursive doubling and the dissemination barrier, linked on first use; and a link
+  to every peer (a full mesh, as with ``RUSTDIST_EAGER_CONNECT=1``; zero when links are made
+  on demand);
 * a latency-bound collective (8 B all_reduce by recursive doubling, the dissemination
   barrier): ``a log2 W + b W + c W^2``: log2 W steps of a message each; each step waiting for
   its peer's turn on one of the cores the W ranks share; and the W ranks waking each other on
@@ -21,7 +25,8 @@ smallest measured world's 8 B all_reduce per step, less the reference latency: a
 each rank has a core here), and bytes move at the link's bandwidth (``--model-bandwidth``,
 default 2 GB/s):
 
-* init(N) = c0 + c1 N (every rank's handshakes, one after another: a full mesh);
+* init(N) = c0 + c1 N (the store's requests, served by one thread);
+* fds per rank: the fitted curve at N;
 * 8 B all_reduce and barrier: ceil(log2 N) (latency + software step);
 * 1 MiB all_reduce: the algorithm the engine picks there (recursive doubling, log2 N steps of
   S, up to 256 KiB scaled by the link's bandwidth-delay product and by how the crossover grows
@@ -30,9 +35,7 @@ default 2 GB/s):
   shared-memory figure of a world of k measured here (rows "rustdist shm"), twice (in and
   out of the host).
 
-For each projected figure the dominant term is named. fds per rank grow as N (a link to every
-peer): at 100k ranks that is past most systems' open-file limits, which is what links on
-demand are for.
+For each projected figure the dominant term is named.
 """
 
 from __future__ import annotations
@@ -51,8 +54,10 @@ Terms = Callable[[float], list[float]]
 INIT_TERMS: Terms = lambda w: [1.0, w, w * w]  # noqa: E731
 STEP_TERMS: Terms = lambda w: [math.log2(w), w, w * w]  # noqa: E731
 STEP_NAMES = ("log2 W steps", "shared cores", "shared cores, waking")
+FDS_TERMS: Terms = lambda w: [1.0, math.log2(w), w]  # noqa: E731
 FIGURES: dict[str, tuple[str, Terms, tuple[str, ...]]] = {
-    "init_s": ("init s", INIT_TERMS, ("fixed", "per peer", "shared cores")),
+    "init_s": ("init s", INIT_TERMS, ("fixed", "store requests", "shared cores")),
+    "fds_median": ("fds per rank", FDS_TERMS, ("fixed", "log2 W partners", "per peer")),
     "all_reduce_8B_us": ("8 B all_reduce us", STEP_TERMS, STEP_NAMES),
     "barrier_us": ("barrier us", STEP_TERMS, STEP_NAMES),
     "all_reduce_1MiB_us": ("1 MiB all_reduce us", STEP_TERMS, STEP_NAMES),
@@ -136,8 +141,11 @@ def project(coefs: dict[str, list[float]], software: float, shm: dict[int, dict[
     steps = math.ceil(math.log2(leaders)) if leaders > 1 else 0
     out: dict[str, tuple[float, str]] = {}
     c0, c1, _ = coefs["init_s"]
-    init_terms = {"fixed": c0, "per peer (full mesh)": c1 * world}
+    init_terms = {"fixed": c0, "store requests": c1 * world}
     out["init_s"] = (sum(init_terms.values()), max(init_terms, key=init_terms.__getitem__))
+    fds_terms = dict(zip(FIGURES["fds_median"][2], (c * t for c, t in zip(
+        coefs["fds_median"], FDS_TERMS(world)))))
+    out["fds_median"] = (sum(fds_terms.values()), max(fds_terms, key=fds_terms.__getitem__))
     local = shm.get(per_host, {}) if per_host > 1 else {}
     for key in ("all_reduce_8B_us", "barrier_us"):
         terms = {"link latency": steps * latency_us, "software per step": steps * software,
@@ -202,8 +210,8 @@ def model_run(json_paths: Sequence[str], latency_us: float, bandwidth: float) ->
     print(f"\nA core per rank, links of {latency_us:g} us and {bandwidth / 1e9:g} GB/s, "
           f"{software:.3g} us of software per message step (world {smallest}'s 8 B "
           "all_reduce less the reference latency); value, and its dominant term:")
-    print("| ranks | per host | init s | 8 B all_reduce us | barrier us | 1 MiB all_reduce us |"
-          " fds per rank |")
+    print("| ranks | per host | init s | fds per rank | 8 B all_reduce us | barrier us |"
+          " 1 MiB all_reduce us |")
     print("|---|---|---|---|---|---|---|")
     for world in PROJECTED_WORLDS:
         for per_host in HOSTS_OF:
@@ -212,7 +220,7 @@ def model_run(json_paths: Sequence[str], latency_us: float, bandwidth: float) ->
                                          **{k: {"value": v, "dominant": d}
                                             for k, (v, d) in p.items()}})
             cells = " | ".join(f"{v:.3g} ({d})" for v, d in p.values())
-            print(f"| {world} | {per_host} | {cells} | {world + 6} |")
+            print(f"| {world} | {per_host} | {cells} |")
     out = (json_path[:-5] if json_path.endswith(".json") else json_path) + "-model.json"
     with open(out, "w", encoding="utf-8") as f:
         json.dump(report, f, indent=1)

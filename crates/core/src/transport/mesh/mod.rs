@@ -163,24 +163,18 @@ impl MeshTransport {
             deadline,
             &|b, w| streams_for(latency, b, w),
         )?;
-        let mut extra =
-            connect_streams(&mesh, rank, group, links.streams, deadline, key.as_ref())?.into_iter();
-        let on_demand = match mesh.take_listener() {
-            Some(listener) if !eager => {
-                let linked: Vec<bool> = mesh.socks.iter().map(Option::is_some).collect();
-                Some(OnDemand::start(
-                    listener,
-                    mesh.job,
-                    group,
-                    rank,
-                    size,
-                    mesh.addrs.clone(),
-                    &|p| linked[p],
-                    links.streams,
-                    key,
-                )?)
-            }
-            _ => None,
+        let mut extra = connect_streams(
+            &mut mesh,
+            rank,
+            group,
+            links.streams,
+            deadline,
+            key.as_ref(),
+        )?
+        .into_iter();
+        let on_demand = match eager {
+            true => None,
+            false => OnDemand::start(&mut mesh, group, rank, links.streams, key)?,
         };
         let socks = mesh.socks;
         let ws = host

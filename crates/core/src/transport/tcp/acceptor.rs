@@ -64,6 +64,10 @@ pub(super) trait Admission {
 pub(super) struct Slots {
     pub(super) socks: Vec<Vec<Option<TcpStream>>>,
     pub(super) first_stream: usize,
+    /// By peer, for the peers linked on first use (None for the others): the streams of the
+    /// links they made to this rank while it was still connecting (they had finished and
+    /// needed it), in order, kept for [`super::OnDemand`].
+    pub(super) early: Vec<Option<Vec<TcpStream>>>,
 }
 
 impl Slots {
@@ -99,7 +103,10 @@ impl Slots {
 impl Admission for Slots {
     fn refusal(&self, slot: Slot) -> Option<(Status, String)> {
         let Slot { peer, stream } = slot;
-        if !self.expects(peer, stream) {
+        let early = self.early.get(peer).and_then(Option::as_ref);
+        if early.is_some_and(|got| got.len() == stream) {
+            None
+        } else if !self.expects(peer, stream) {
             Some((
                 Status::BadRank,
                 format!(
@@ -117,7 +124,10 @@ impl Admission for Slots {
     }
 
     fn admit(&mut self, slot: Slot, sock: TcpStream) {
-        self.socks[slot.peer][slot.stream] = Some(sock);
+        match self.early.get_mut(slot.peer).and_then(Option::as_mut) {
+            Some(early) => early.push(sock),
+            None => self.socks[slot.peer][slot.stream] = Some(sock),
+        }
     }
 }
 
@@ -369,19 +379,20 @@ impl Accepting {
 }
 
 /// Accepts the connections `slots` expects on `listener` until all are connected or
-/// `deadline` passes.
+/// `deadline` passes. Handshakes still in progress then stay in `accepting` for whoever
+/// serves the listener next.
 pub(super) fn accept_peers(
     listener: &TcpListener,
+    accepting: &mut Accepting,
     acceptor: &Acceptor<'_>,
     slots: &mut Slots,
     deadline: Instant,
 ) -> Result<()> {
     let rank = acceptor.rank;
-    let mut accepting = Accepting::default();
-    let mut missing = slots.missing_count();
-    while missing > 0 {
-        missing -= accepting.serve(listener, acceptor, slots);
-        if missing == 0 {
+    loop {
+        // Counted again: a link made early (`Slots::early`) is admitted but not expected.
+        accepting.serve(listener, acceptor, slots);
+        if slots.missing_count() == 0 {
             break;
         }
         let left = remaining(deadline).ok_or_else(|| {

@@ -7,7 +7,7 @@ use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
-use super::acceptor::{accept_peers, Acceptor, Slots};
+use super::acceptor::{accept_peers, Accepting, Acceptor, Slots};
 use super::handshake::{Hello, Reply, Status, ACCEPTOR_LABEL, CONNECTOR_LABEL, REPLY_LEN};
 use super::interface::listen_ip;
 use super::socket::{between_hosts, configure};
@@ -219,12 +219,18 @@ pub struct Mesh {
     pub round_trip: Option<Duration>,
     /// Where the higher ranks connect, kept for their extra streams ([`connect_streams`]).
     listener: Option<TcpListener>,
+    /// Links on demand that peers made while this rank was connecting (see `Slots::early`).
+    pub early: Vec<Option<Vec<TcpStream>>>,
+    /// Handshakes in progress on `listener` when connecting was done with it.
+    accepting: Accepting,
 }
 
 impl Mesh {
-    /// The listener, for links made later ([`super::OnDemand`]); None alone in the group.
-    pub fn take_listener(&mut self) -> Option<TcpListener> {
-        self.listener.take()
+    /// The listener, for links made later ([`super::OnDemand`]), with its handshakes in
+    /// progress; None alone in the group.
+    pub(super) fn take_listener(&mut self) -> Option<(TcpListener, Accepting)> {
+        let accepting = std::mem::take(&mut self.accepting);
+        self.listener.take().map(|l| (l, accepting))
     }
 
     /// Whether the group spans hosts: some peer listens on another address than this rank
@@ -283,6 +289,8 @@ pub fn connect_mesh_with(
             addrs,
             round_trip: None,
             listener: None,
+            early: Vec::new(),
+            accepting: Accepting::default(),
         });
     }
     let size32 = u32::try_from(size).map_err(|_| Error::invalid("world size exceeds u32"))?;
@@ -348,8 +356,13 @@ pub fn connect_mesh_with(
             })
             .collect(),
         first_stream: 0,
+        early: (0..size)
+            .map(|p| (p != rank && !now(p)).then(Vec::new))
+            .collect(),
     };
-    accept_peers(&listener, &acceptor, &mut slots, deadline)?;
+    let mut accepting = Accepting::default();
+    accept_peers(&listener, &mut accepting, &acceptor, &mut slots, deadline)?;
+    let early = slots.early;
     for (slot, mut accepted) in socks.iter_mut().zip(slots.socks).skip(rank + 1) {
         if let Some(sock) = accepted.pop().flatten() {
             *slot = Some(sock);
@@ -373,6 +386,8 @@ pub fn connect_mesh_with(
         addrs,
         round_trip: shortest_round_trip,
         listener: Some(listener),
+        early,
+        accepting,
     })
 }
 
@@ -438,7 +453,7 @@ fn dial(
 /// Returns them by peer (none for peers on this host, or with `streams` 1). Every rank must
 /// pass the same `streams`.
 pub fn connect_streams(
-    mesh: &Mesh,
+    mesh: &mut Mesh,
     rank: usize,
     group: u32,
     streams: usize,
@@ -484,8 +499,17 @@ pub fn connect_streams(
             })
             .collect(),
         first_stream: 1,
+        early: std::mem::take(&mut mesh.early),
     };
-    accept_peers(listener, &acceptor, &mut slots, deadline)?;
+    let accepted = accept_peers(
+        listener,
+        &mut mesh.accepting,
+        &acceptor,
+        &mut slots,
+        deadline,
+    );
+    mesh.early = slots.early;
+    accepted?;
     for (peer, accepted) in slots.socks.into_iter().enumerate() {
         extra[peer].extend(accepted.into_iter().flatten());
     }

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use socket2::SockRef;
 
 use super::acceptor::{Accepting, Acceptor, Admission, Slot};
-use super::connect::{dial_once, refused, DialEnd, Dialled};
+use super::connect::{dial_once, refused, DialEnd, Dialled, Mesh};
 use super::handshake::{Hello, Status};
 use super::poll::{poll_fds, pollfd};
 use crate::auth::{AuthKey, NONCE_LEN};
@@ -148,48 +148,56 @@ fn eventfd() -> io::Result<File> {
 }
 
 impl OnDemand {
-    /// Serves `listener` for group `group` (job `job`) of `size` ranks as rank `rank`, whose
-    /// peers listen at `addrs` and are already linked where `linked` says; `streams` per
-    /// peer on another host; hellos checked with `key` when set.
-    #[allow(clippy::too_many_arguments)]
+    /// Links on demand after `mesh` (the links it made, those peers made early, its listener
+    /// and the handshakes in progress there) for group `group` as rank `rank`: `streams` per
+    /// peer on another host, hellos checked with `key` when set. None alone in the group.
     pub fn start(
-        listener: TcpListener,
-        job: u64,
+        mesh: &mut Mesh,
         group: u32,
         rank: usize,
-        size: usize,
-        addrs: Vec<Option<SocketAddr>>,
-        linked: &dyn Fn(usize) -> bool,
         streams: usize,
         key: Option<AuthKey>,
-    ) -> Result<OnDemand> {
+    ) -> Result<Option<OnDemand>> {
+        let Some((listener, accepting)) = mesh.take_listener() else {
+            return Ok(None);
+        };
+        let size = mesh.socks.len();
         let io_err = |e: io::Error| Error::network(format!("links on demand: {e}"));
         let own_ip = listener.local_addr().map_err(io_err)?.ip();
         listener.set_nonblocking(true).map_err(io_err)?;
-        let links = (0..size)
-            .map(|p| {
-                if p == rank || linked(p) {
-                    State::Linked
-                } else {
-                    State::Unlinked
-                }
-            })
-            .collect();
+        let mut book = Book {
+            view: View {
+                job: mesh.job,
+                group,
+                rank,
+                size,
+            },
+            own_ip,
+            streams,
+            addrs: mesh.addrs.clone(),
+            links: (0..size).map(|_| State::Unlinked).collect(),
+        };
+        let mut early = std::mem::take(&mut mesh.early)
+            .into_iter()
+            .chain(std::iter::repeat_with(|| None));
+        let mut arrived = false;
+        for p in 0..size {
+            let got = early.next().flatten().unwrap_or_default();
+            book.links[p] = if p == rank || mesh.socks[p].is_some() {
+                State::Linked
+            } else if got.is_empty() {
+                State::Unlinked
+            } else if got.len() >= book.streams_to(p) {
+                arrived = true;
+                State::Arrived(got)
+            } else {
+                State::Accepting(got)
+            };
+        }
         let shared = Arc::new(Shared {
-            book: Mutex::new(Book {
-                view: View {
-                    job,
-                    group,
-                    rank,
-                    size,
-                },
-                own_ip,
-                streams,
-                addrs,
-                links,
-            }),
+            book: Mutex::new(book),
             arrived: Condvar::new(),
-            waiting: AtomicBool::new(false),
+            waiting: AtomicBool::new(arrived),
             key,
             listener,
             wake: eventfd().map_err(io_err)?,
@@ -198,12 +206,12 @@ impl OnDemand {
         let serving = shared.clone();
         let thread = std::thread::Builder::new()
             .name(format!("rustdist-accept-{rank}"))
-            .spawn(move || serve(&serving))
+            .spawn(move || serve(&serving, accepting))
             .map_err(io_err)?;
-        Ok(OnDemand {
+        Ok(Some(OnDemand {
             shared,
             thread: Some(thread),
-        })
+        }))
     }
 
     /// A link to `peer`: one that arrived, else this rank dials it (and, if `peer` dialled at
@@ -389,9 +397,9 @@ impl Drop for OnDemand {
     }
 }
 
-/// The accepting thread: serves the listener until told to stop.
-fn serve(shared: &Shared) {
-    let mut accepting = Accepting::default();
+/// The accepting thread: serves the listener (its handshakes in progress in `accepting`)
+/// until told to stop.
+fn serve(shared: &Shared, mut accepting: Accepting) {
     while !shared.stop.load(Ordering::Acquire) {
         let admitted = {
             let mut book = shared.lock();
