@@ -160,6 +160,17 @@ def free_port() -> int:
     return pick()
 
 
+def no_torch_prelude() -> str:
+    """The first lines of a numpy-only rank started with ``python -c``: torch made unimportable
+    (as where it is not installed) by the scale bench's own finder, ``scale_rank.NoTorch``
+    (loaded as a file: the package ``rustdist.bench`` imports torch)."""
+    from rustdist.bench import scale_rank
+
+    folder = os.path.dirname(os.path.abspath(scale_rank.__file__))
+    return (f"import sys; sys.path.insert(0, {folder!r}); import scale_rank; "
+            "sys.meta_path.insert(0, scale_rank.NoTorch()); sys.path.pop(0)\n")
+
+
 # ---------------------------------------------------------------------------------------------
 # Worker side
 
@@ -303,6 +314,8 @@ class World:
         self.conns: list[Any] = []
         self.logs: list[str] = []
         self.port = 0
+        #: Where the world's store listens (rank 0's host).
+        self.master_addr = "127.0.0.1"
         self.generation = 0
         # Ranks whose answer is outstanding; a test interrupted then (pytest-timeout) leaves
         # some, and the world is restarted rather than reused with stale answers in the pipes.
@@ -326,6 +339,7 @@ class World:
             on_hosts = [hosts.host(h) for h in where]
             master_addr = on_hosts[0].addr
         self.generation += 1
+        self.master_addr = master_addr
         self.port = free_port()
         self.procs, self.conns, self.logs = [], [], []
         for rank in range(self.size):

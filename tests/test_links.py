@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from harness import reaped
+from harness import no_torch_prelude, reaped
 
 from rustdist.bench.launch import free_port
 
@@ -21,13 +21,8 @@ pytestmark = pytest.mark.timeout(120)
 # A rank without torch: counts its sockets after init, after an 8-byte all_reduce at world 6
 # (recursive doubling: partners 1, 2 and 4 away, by xor) and after an all_to_all (every peer),
 # checking each result; prints the counts as JSON.
-RANK = """
-import importlib.abc, json, os, sys
-class NoTorch(importlib.abc.MetaPathFinder):  # as where torch is not installed
-    def find_spec(self, name, path, target=None):
-        if name == "torch" or name.startswith("torch."):
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-sys.meta_path.insert(0, NoTorch())
+RANK = no_torch_prelude() + """
+import json, os, sys
 import numpy as np
 import rustdist as dist
 rank, world, port = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]

@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use half::{bf16, f16};
-use rustdist_core::algorithms::params::{LeadersAllReduce, LeadersBroadcast, RingShape};
+use rustdist_core::algorithms::params::{
+    LeadersAllGather, LeadersAllReduce, LeadersBroadcast, RingShape,
+};
 use rustdist_core::algorithms::{self, allgather, allreduce, alltoall, barrier, broadcast};
 use rustdist_core::algorithms::{gather, reduce, reduce_scatter, scatter, AlgoOverrides, HostCpu};
 use rustdist_core::reduce::{check_supported, reduce_into};
@@ -468,7 +470,7 @@ fn own_block_as_input(t: &dyn Transport, blocks: &mut [&mut [u8]]) -> Vec<u8> {
 #[test]
 fn all_gather_every_algorithm_world_length() {
     type GatherFn = fn(&mut dyn Transport, &OpCtx, &mut [&mut [u8]]) -> Result<()>;
-    let algos: [(&str, &[Layout], GatherFn); 10] = [
+    let algos: [(&str, &[Layout], GatherFn); 12] = [
         ("ring", &[Layout::Apart], allgather::ring::all_gather),
         ("direct", &[Layout::Apart], allgather::direct::all_gather),
         ("bruck", &[Layout::Apart], allgather::bruck::all_gather),
@@ -490,11 +492,16 @@ fn all_gather_every_algorithm_world_length() {
             let src = own_block_as_input(t, b);
             algorithms::all_gather_from(t, c, Some(&src), b, &AlgoOverrides::default())
         }),
-        (
-            "hierarchical",
-            &[Layout::Mixed],
-            allgather::hierarchical::all_gather,
-        ),
+        // Each algorithm the leaders may run between the hosts.
+        ("hierarchical/direct", &[Layout::Mixed], |t, c, b| {
+            allgather::hierarchical::all_gather(t, c, b, LeadersAllGather::Direct)
+        }),
+        ("hierarchical/bruck", &[Layout::Mixed], |t, c, b| {
+            allgather::hierarchical::all_gather(t, c, b, LeadersAllGather::Bruck)
+        }),
+        ("hierarchical/ring", &[Layout::Mixed], |t, c, b| {
+            allgather::hierarchical::all_gather(t, c, b, LeadersAllGather::Ring)
+        }),
         ("dispatcher", &ALL_LAYOUTS, |t, c, b| {
             algorithms::all_gather(t, c, b, &AlgoOverrides::default())
         }),

@@ -65,7 +65,7 @@ pub mod monitored_barrier {
     pub mod linear;
 }
 
-use params::{LeadersAllReduce, LeadersBroadcast};
+use params::{LeadersAllGather, LeadersAllReduce, LeadersBroadcast};
 pub use select::{streams_per_peer, AlgoOverrides, HostCpu, LinkModel, Measured};
 use select::{
     AllGatherAlgo, AllReduceAlgo, AllToAllAlgo, BarrierAlgo, BroadcastAlgo, GatherAlgo, ReduceAlgo,
@@ -240,7 +240,15 @@ pub fn all_gather_from(
         AllGatherAlgo::Bruck => allgather::bruck::all_gather(t, ctx, blocks),
         AllGatherAlgo::Shm => allgather::shm::all_gather_from(t, ctx, input, blocks),
         AllGatherAlgo::SingleCopy => allgather::single_copy::all_gather_from(t, ctx, input, blocks),
-        AllGatherAlgo::Hierarchical => allgather::hierarchical::all_gather(t, ctx, blocks),
+        AllGatherAlgo::Hierarchical => {
+            let hosts = common::host_count(t.host_of());
+            let between = match algos.all_gather_between_hosts(total, hosts) {
+                AllGatherAlgo::Bruck => LeadersAllGather::Bruck,
+                AllGatherAlgo::Ring => LeadersAllGather::Ring,
+                _ => LeadersAllGather::Direct,
+            };
+            allgather::hierarchical::all_gather(t, ctx, blocks, between)
+        }
     }
 }
 

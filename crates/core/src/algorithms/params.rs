@@ -17,6 +17,14 @@ pub enum LeadersAllReduce {
     Ring(RingShape),
 }
 
+/// The all_gather the hosts' leaders of a hierarchical all_gather run among themselves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeadersAllGather {
+    Bruck,
+    Direct,
+    Ring,
+}
+
 /// The broadcast the hosts' leaders of a hierarchical broadcast run among themselves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LeadersBroadcast {

@@ -35,6 +35,20 @@ pub(super) fn ring_crossover_growth(world: usize) -> f64 {
     }
 }
 
+/// How far the binomial tree / chain crossover of broadcast moves up from `measured` ranks
+/// (where the threshold was measured) to `world`: the chain takes n - 2 segment steps more
+/// than its S segments, the tree log2 n steps of the whole buffer, so the chain wins once S
+/// passes (n - 2) / (log2 n - 1): 2 at 4 ranks, 3 at 8, 12 at 64, 114 at 1,024
+/// (docs/tuning.md, "Crossovers as the world grows"). 1 up to `measured` ranks.
+pub(super) fn chain_crossover_growth(world: usize, measured: usize) -> f64 {
+    let segments = |n: f64| (n - 2.0) / (n.log2() - 1.0);
+    if world <= measured {
+        1.0
+    } else {
+        segments(world as f64) / segments(measured as f64)
+    }
+}
+
 impl AlgoOverrides {
     /// all_reduce of `bytes` per rank on `world` ranks; `single_copy`: whether the ranks on the
     /// host may read each other's memory, each with a core.
@@ -105,13 +119,19 @@ impl AlgoOverrides {
         }
     }
 
-    /// The smallest TCP broadcast (3 ranks or more) that goes down the chain.
-    fn tcp_broadcast_chain_min_bytes(&self) -> usize {
-        if self.slow_tcp() {
-            TCP_BROADCAST_CHAIN_MIN_BYTES.max(self.tcp.bdp() as usize)
+    /// The smallest TCP broadcast on `world` ranks (3 or more) that goes down the chain: the
+    /// threshold measured (at 8 ranks on slow links, 4 where the hosts limit), grown with
+    /// the world.
+    fn tcp_broadcast_chain_min_bytes(&self, world: usize) -> usize {
+        let (measured, at) = if self.slow_tcp() {
+            (
+                TCP_BROADCAST_CHAIN_MIN_BYTES.max(self.tcp.bdp() as usize),
+                8,
+            )
         } else {
-            self.tcp.scale(TCP_BROADCAST_CHAIN_HOST_BOUND_MIN_BYTES)
-        }
+            (self.tcp.scale(TCP_BROADCAST_CHAIN_HOST_BOUND_MIN_BYTES), 4)
+        };
+        (measured as f64 * chain_crossover_growth(world, at)) as usize
     }
 
     /// The ring all_reduce's chunk on host-bound TCP links (see `RING_CHUNK_BYTES`).
@@ -143,7 +163,7 @@ impl AlgoOverrides {
             }
             LinkKind::SharedMemory => BroadcastAlgo::Shm,
             LinkKind::Hierarchical => BroadcastAlgo::Hierarchical,
-            LinkKind::Tcp if world >= 3 && bytes >= self.tcp_broadcast_chain_min_bytes() => {
+            LinkKind::Tcp if world >= 3 && bytes >= self.tcp_broadcast_chain_min_bytes(world) => {
                 BroadcastAlgo::Chain
             }
             LinkKind::Tcp => BroadcastAlgo::BinomialTree,

@@ -461,3 +461,40 @@ fn tcp_all_reduce_keeps_recursive_doubling_to_larger_sizes_on_more_ranks() {
         AllReduceAlgo::RecursiveDoubling
     );
 }
+
+#[test]
+fn tcp_broadcast_keeps_the_tree_to_larger_sizes_on_more_ranks() {
+    use super::policy::chain_crossover_growth;
+    let (o, tcp) = (AlgoOverrides::default(), LinkKind::Tcp);
+    assert_eq!(chain_crossover_growth(4, 4), 1.0);
+    assert!((chain_crossover_growth(64, 4) - 12.4 / 2.0).abs() < 0.01);
+    assert!((chain_crossover_growth(1024, 8) - (1022.0 / 9.0) / 3.0).abs() < 0.01);
+    // 8 MiB goes down the chain at 4 ranks; at 64 the tree keeps it up to 8 MiB x 6.2, and
+    // at 1,024 (a chain of 1,023 hops) up to about 454 MiB.
+    assert_eq!(
+        o.broadcast(8 << 20, 4, tcp, Unavailable),
+        BroadcastAlgo::Chain
+    );
+    assert_eq!(
+        o.broadcast(48 << 20, 64, tcp, Unavailable),
+        BroadcastAlgo::BinomialTree
+    );
+    assert_eq!(
+        o.broadcast(64 << 20, 64, tcp, Unavailable),
+        BroadcastAlgo::Chain
+    );
+    assert_eq!(
+        o.broadcast(256 << 20, 1024, tcp, Unavailable),
+        BroadcastAlgo::BinomialTree
+    );
+    // Slow links: measured at 8 ranks, grown past them.
+    let distant = on(1000, 125_000_000);
+    assert_eq!(
+        distant.broadcast(256 << 10, 8, tcp, Unavailable),
+        BroadcastAlgo::Chain
+    );
+    assert_eq!(
+        distant.broadcast(256 << 10, 64, tcp, Unavailable),
+        BroadcastAlgo::BinomialTree
+    );
+}

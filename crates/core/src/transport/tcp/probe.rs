@@ -17,7 +17,8 @@ use crate::store::Store;
 use crate::transport::remaining;
 
 /// The links' one-way latency, the same on every rank: half the shortest handshake round
-/// trip of the highest rank (which connected to all the others), published under `prefix`.
+/// trip of the highest rank (which dials every lower rank it links at init: both its ring
+/// neighbours, and the peers it shares memory with), published under `prefix`.
 /// `round_trip` is this rank's [`Mesh::round_trip`].
 ///
 /// [`Mesh::round_trip`]: super::Mesh::round_trip
