@@ -11,6 +11,13 @@ reachable here too (``rustdist.DeviceMesh``, ``rustdist.checkpoint``, ...), reso
 import warnings as _warnings
 from typing import Any as _Any
 
+from . import _torchless
+
+# The status command imports the package without torch (see _torchless).
+_status_command = _torchless.status_command()
+if _status_command:
+    _torchless.hide()
+
 from ._core import FileStore, HashStore, PrefixStore, Store, TCPStore, __version__
 from . import flight_recorder
 from ._breakpoint import breakpoint
@@ -84,10 +91,14 @@ from .distributed_c10d import (
     scatter,
     send,
     shrink_group,
+    stats,
 )
+from . import status
 
 _register_torch_backend()
 _install_namespace()
+if _status_command:
+    _torchless.show()
 
 
 def __getattr__(name: str) -> _Any:
@@ -123,4 +134,5 @@ __all__ = [
     "new_subgroups_by_enumeration", "recv", "recv_object_list", "reduce", "reduce_scatter",
     "reduce_scatter_single", "reduce_scatter_tensor", "scatter", "scatter_object_list",
     "send", "send_object_list", "set_debug_level", "set_debug_level_from_env", "shrink_group",
+    "stats", "status",
 ]

@@ -169,6 +169,18 @@ class ProcessGroup:
     def streams_per_peer(self) -> int:
         """TCP streams joining this rank to each peer on another host (1 when none is):
         RUSTDIST_STREAMS_PER_PEER, else as many as keep the link's round trip in flight."""
+    def stats(self) -> str:
+        """The group's counters on this rank, as JSON: ``ops`` (by operation: ``count``,
+        ``bytes``), ``algorithms`` (by "collective/algorithm": collectives run), ``waited_s``
+        (seconds the transport slept waiting for peers)."""
+    @property
+    def sequence_number(self) -> int:
+        """The sequence number of the last collective issued on the group (0 before any), as
+        the flight recorder numbers them."""
+    @property
+    def status_address(self) -> str | None:
+        """Where this rank answers status queries ("host:port" of its heartbeats' socket);
+        None alone in its group or with heartbeats off."""
     # Every collective runs asynchronously and returns a Work, or with `sync=True` returns
     # None once done (on the calling thread when the group is idle).
     def all_reduce(
@@ -271,6 +283,11 @@ def flight_recorder_dump_after(why: str) -> None:
 def flight_recorder_capacity() -> int:
     """Entries each group keeps (TORCH_FR_BUFFER_SIZE, default 128; 0: recording off)."""
 
+def ask_status(addrs: list[str], timeout: float) -> list[str | None]:
+    """Asks the ranks whose heartbeats answer at ``addrs`` ("host:port") what their processes
+    are doing; each answer (JSON) by position, None where none came within ``timeout``
+    seconds. Signs the queries with RUSTDIST_AUTH_KEY when it is set."""
+
 def selection_table(
     worlds: Sequence[int], sizes: Sequence[int]
 ) -> list[tuple[str, str, int, int, str]]:
@@ -287,10 +304,12 @@ def fast_init(
     group_class: type,
     debug: ModuleType,
     log: Callable[[str, BaseException], None],
+    profiler: ModuleType,
 ) -> None:
     """Sets up the fast functions (once): torch.Tensor, dtype -> code, ReduceOp.SUM and ReduceOp, the
     distributed_c10d module (its `_default_pg`) and its ProcessGroup class, the _debug module
-    (its `detail` flag) and the logger of failed calls."""
+    (its `detail` flag), the logger of failed calls and torch.autograd.profiler (its
+    `_is_profiler_enabled` flag: while a profiler records, calls take the Python path)."""
 
 def fast_function(
     name: str, python: Callable[..., object], module: str, doc: str, method: bool = False

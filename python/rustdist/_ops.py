@@ -19,6 +19,7 @@ from ._reduce_op import ReduceOp, op_args, supports_complex
 from ._tensor import (
     _TORCH_CODES, COMPLEX_CODES, ITEMSIZE, SparseInput, buffer, concat, dim0, routed,
 )
+from ._profiling import Spec, profiled
 from ._work import Work, seconds
 
 _SUM = ReduceOp.SUM
@@ -102,6 +103,7 @@ def _staged(st: Staged, run: Callable[[list[Any]], Any], outputs: list[Any],
 # Reductions and broadcast
 
 
+@profiled(Spec("all_reduce", "tensor", "tensor"))
 def all_reduce(pg: Any, tensor: Any, op: Any, async_op: bool) -> Optional[Work]:
     """``tensor`` reduced over the group, in place; sparse COO tensors summed as gloo does."""
     try:
@@ -124,6 +126,7 @@ def all_reduce(pg: Any, tensor: Any, op: Any, async_op: bool) -> Optional[Work]:
     return None
 
 
+@profiled(Spec("all_reduce_coalesced", "tensors", "tensors"))
 def all_reduce_coalesced(pg: Any, tensors: list[Any], op: Any,
                          async_op: bool) -> Optional[Work]:
     """Each of ``tensors`` (one dtype) reduced over the group, as one call."""
@@ -148,6 +151,7 @@ def all_reduce_coalesced(pg: Any, tensors: list[Any], op: Any,
     return _finish(_core.join(works), tensors, async_op)
 
 
+@profiled(Spec("reduce", "tensor", "tensor"))
 def reduce(pg: Any, tensor: Any, root: int, op: Any, async_op: bool) -> Optional[Work]:
     """``tensor`` of every rank reduced into ``tensor`` on group rank ``root``."""
     buf = routed(tensor, "tensor", True)
@@ -162,6 +166,7 @@ def reduce(pg: Any, tensor: Any, root: int, op: Any, async_op: bool) -> Optional
     return _finish(work, [tensor], async_op)
 
 
+@profiled(Spec("broadcast", "tensor", "tensor"))
 def broadcast(pg: Any, tensor: Any, root: int, async_op: bool) -> Optional[Work]:
     """``tensor`` of group rank ``root`` copied into every rank's ``tensor``."""
     buf = routed(tensor, "tensor", True)
@@ -176,6 +181,7 @@ def broadcast(pg: Any, tensor: Any, root: int, async_op: bool) -> Optional[Work]
     return Work(pg._pg.broadcast(ptr, n, code, root, tensor), [tensor])
 
 
+@profiled(Spec("reduce_scatter_tensor", "input", "output"))
 def reduce_scatter_tensor(pg: Any, output: Any, input: Any, op: Any,  # noqa: A002
                           async_op: bool) -> Optional[Work]:
     """Block r of ``input`` (``world_size`` blocks of ``output``'s size) reduced over the
@@ -199,6 +205,7 @@ def reduce_scatter_tensor(pg: Any, output: Any, input: Any, op: Any,  # noqa: A0
     return Work(work, [output])
 
 
+@profiled(Spec("reduce_scatter", "input_list", "output"))
 def reduce_scatter(pg: Any, output: Any, input_list: list[Any], op: Any,
                    async_op: bool) -> Optional[Work]:
     """``input_list[r]`` of every rank reduced into ``output`` on rank r."""
@@ -232,6 +239,7 @@ def reduce_scatter(pg: Any, output: Any, input_list: list[Any], op: Any,
 # Gathers
 
 
+@profiled(Spec("all_gather", "tensor", "tensor_list"))
 def all_gather(pg: Any, tensor_list: list[Any], tensor: Any, async_op: bool) -> Optional[Work]:
     """Every rank's ``tensor`` into ``tensor_list`` (rank r's block r, of rank r's size)."""
     st = unalias([tensor, *tensor_list], [READ] + [WRITE] * len(tensor_list))
@@ -291,6 +299,7 @@ def _check_coalesced_outputs(outputs: list[list[Any]], inputs: list[Any]) -> Non
                     f"(expected length {tuple(inp.shape)}, got {tuple(out[i].shape)})")
 
 
+@profiled(Spec("all_gather_coalesced", "input_tensor_list", "output_tensor_lists"))
 def all_gather_coalesced(pg: Any, output_tensor_lists: list[list[Any]],
                          input_tensor_list: list[Any], async_op: bool) -> Optional[Work]:
     """Every rank's ``input_tensor_list[i]`` into ``output_tensor_lists[r][i]``, as one
@@ -319,6 +328,7 @@ def all_gather_coalesced(pg: Any, output_tensor_lists: list[list[Any]],
     return joined(works, output_tensor_lists, async_op)
 
 
+@profiled(Spec("all_gather_into_tensor", "input_tensor", "output_tensor"))
 def all_gather_into_tensor(pg: Any, output_tensor: Any, input_tensor: Any,
                            async_op: bool) -> Optional[Work]:
     """Every rank's ``input_tensor`` into ``output_tensor``, rank r's block r-th."""
@@ -354,6 +364,7 @@ def _check_pair(op: str, big: tuple[str, Any, int, int], small: tuple[str, Any, 
         )
 
 
+@profiled(Spec("coalesced", "inputs", "outputs"))
 def pairs_coalesced(name: str, pg: Any, outputs: list[Any], inputs: list[Any],
                     op: Any = _SUM) -> Work:
     """``all_gather_into_tensor`` or ``reduce_scatter_tensor`` (``name``) of each
@@ -395,6 +406,7 @@ def _rooted(kind: str, pg: Any, root: int, tensor: Any, buf: tuple[int, int, int
     return pg._pg.exchange(kind, code, n if sized else 0, sends, recvs, (tensor, *xs), sync=sync)
 
 
+@profiled(Spec("gather", "tensor", "xs"))
 def gather(pg: Any, tensor: Any, xs: list[Any], root: int, async_op: bool,
            sized: bool = True) -> Optional[Work]:
     """Every rank's ``tensor`` into ``xs`` (one per rank on the root, empty elsewhere) on
@@ -410,6 +422,7 @@ def gather(pg: Any, tensor: Any, xs: list[Any], root: int, async_op: bool,
     return _finish(work, [xs] if xs else [], async_op)
 
 
+@profiled(Spec("scatter", "xs", "tensor"))
 def scatter(pg: Any, tensor: Any, xs: list[Any], root: int, async_op: bool,
             sized: bool = True) -> Optional[Work]:
     """The root's ``xs[r]`` (one per rank on the root, empty elsewhere) into ``tensor`` on
@@ -429,6 +442,7 @@ def scatter(pg: Any, tensor: Any, xs: list[Any], root: int, async_op: bool,
 # All-to-all
 
 
+@profiled(Spec("all_to_all", "input_tensor_list", "output_tensor_list"))
 def all_to_all(pg: Any, output_tensor_list: list[Any], input_tensor_list: list[Any],
                async_op: bool) -> Optional[Work]:
     """Rank r's ``input_tensor_list[s]`` into rank s's ``output_tensor_list[r]``."""
@@ -486,6 +500,8 @@ def _splits(x: Any, n: int, sizes: Optional[list[int]], name: str, size: int) ->
     return offsets
 
 
+@profiled(Spec("all_to_all_single", "input", "output", "input_split_sizes",
+              "output_split_sizes"))
 def all_to_all_single(pg: Any, output: Any, input: Any,  # noqa: A002
                       output_split_sizes: Optional[list[int]],
                       input_split_sizes: Optional[list[int]],
@@ -525,6 +541,7 @@ def all_to_all_single(pg: Any, output: Any, input: Any,  # noqa: A002
 # Barriers
 
 
+@profiled(Spec("barrier", None, None))
 def barrier(pg: Any, async_op: bool, timeout: Optional[timedelta]) -> Optional[Work]:
     """Every rank of the group has reached it (``timeout``: of this barrier, else the
     group's)."""
@@ -540,6 +557,7 @@ def barrier(pg: Any, async_op: bool, timeout: Optional[timedelta]) -> Optional[W
     return None
 
 
+@profiled(Spec("monitored_barrier", None, None))
 def monitored_barrier(pg: Any, timeout: timedelta, wait_all_ranks: bool) -> None:
     """A barrier whose rank 0 names the ranks that did not reach it within ``timeout``."""
     pg._pg.monitored_barrier(timeout.total_seconds(), wait_all_ranks).wait()
@@ -549,6 +567,7 @@ def monitored_barrier(pg: Any, timeout: timedelta, wait_all_ranks: bool) -> None
 # Point-to-point
 
 
+@profiled(Spec("isend", "tensor", None))
 def isend(pg: Any, tensor: Any, peer: int, tag: int) -> Work:
     """``tensor`` sent to group rank ``peer``."""
     buf = routed(tensor, "tensor")
@@ -558,6 +577,7 @@ def isend(pg: Any, tensor: Any, peer: int, tag: int) -> Work:
     return Work(pg._pg.send(ptr, n, code, peer, tag, tensor), [tensor])
 
 
+@profiled(Spec("irecv", None, "tensor"))
 def irecv(pg: Any, tensor: Any, peer: Optional[int], tag: int) -> Work:
     """A receive into ``tensor`` from group rank ``peer`` (None: from any rank)."""
     buf = routed(tensor, "tensor", True)
@@ -574,6 +594,7 @@ def sender(work: Work) -> int:
     return work.source_rank()
 
 
+@profiled(Spec("batch_isend_irecv", None, None))
 def batch_isend_irecv(pg: Any, ops: list[tuple[bool, Any, int, int]]) -> list[Work]:
     """``ops`` — ``(is_send, tensor, group peer rank, tag)`` each — posted in order without
     waiting; one Work per operation (CUDA: one for the whole batch, NCCL's group call)."""

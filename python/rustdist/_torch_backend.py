@@ -17,7 +17,7 @@ methods of the group class.
 from datetime import timedelta
 from typing import Any, Optional, Union
 
-from . import _core, _debug, _group, _ops
+from . import _core, _debug, _group, _ops, status
 from ._group import BACKEND_NAME
 from ._work import Work, seconds
 
@@ -39,6 +39,8 @@ def new_process_group(store: Any, rank: int, size: int, timeout: Union[timedelta
     core = _core.ProcessGroup(store, rank, size, seconds(timeout), group_name)
     pg = ProcessGroup(core, list(global_ranks), backend, world=False, store=store)
     _group.made_by_torch.add(pg)
+    if list(global_ranks) == list(range(size)):  # the world's group (or one as wide)
+        status.publish(store, rank, size, core.status_address)
     return pg
 
 
@@ -371,9 +373,10 @@ else:
                 setattr(ProcessGroup, attr, method)
 
     # The engine's fast path reads rustdist groups (exactly this class), the default group
-    # (``_world._default_pg``) and the DETAIL flag (``_debug.detail``).
+    # (``_world._default_pg``), the DETAIL flag (``_debug.detail``) and whether a profiler
+    # records (``torch.autograd.profiler._is_profiler_enabled``).
     _core.fast_init(torch.Tensor, dict(REAL_TORCH_CODES), ReduceOp.SUM, ReduceOp, _world,
-                    ProcessGroup, _debug, _debug.log_failure)
+                    ProcessGroup, _debug, _debug.log_failure, torch.autograd.profiler)
     _install_fast_methods()
 
     def _all_gather_into_tensor_out(input: Tensor, group_size: int,  # noqa: A002

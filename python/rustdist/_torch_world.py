@@ -31,6 +31,11 @@ class StoreAdapter(td.Store):
         super().__init__()
         self._store = store
 
+    @property
+    def underlying_store(self) -> Any:
+        """The rustdist store it forwards to (named as a PrefixStore names what it wraps)."""
+        return self._store
+
     def set(self, key: str, value: Any) -> None:  # noqa: D102 - torch's Store methods
         self._store.set(key, value)
 

@@ -125,7 +125,7 @@ class Work(_WorkBase):  # type: ignore[misc, valid-type]
     """A distributed request object (torch.distributed's ``Work``), returned by collectives
     run with ``async_op=True`` and by ``isend``/``irecv``."""
 
-    __slots__ = ("_work", "_outputs", "_timeout", "_future", "_for_torch")
+    __slots__ = ("_work", "_outputs", "_timeout", "_future", "_for_torch", "_span")
 
     def __init__(self, work: Any, outputs: list, timeout: Optional[timedelta] = None) -> None:
         super().__init__()
@@ -135,6 +135,8 @@ class Work(_WorkBase):  # type: ignore[misc, valid-type]
         self._future: Any = None
         # Set by the torch front door: get_future() is then typed for torch's C++.
         self._for_torch = False
+        # The profiler's event of the operation, ended once it is seen complete (_profiling).
+        self._span: Any = None
 
     @not_traced
     def wait(self, timeout: Optional[Union[timedelta, float]] = None) -> bool:
@@ -143,12 +145,19 @@ class Work(_WorkBase):  # type: ignore[misc, valid-type]
         ``timedelta(0)``) means the group's timeout."""
         if not timeout:
             timeout = self._timeout
-        self._work.wait(None if timeout is None else seconds(timeout))
+        try:
+            self._work.wait(None if timeout is None else seconds(timeout))
+        finally:
+            if self._span is not None and self._work.is_completed():
+                self._span.end()
         return True
 
     def is_completed(self) -> bool:
         """Whether the operation has finished (successfully or not); non-blocking."""
-        return self._work.is_completed()
+        done = self._work.is_completed()
+        if done and self._span is not None:
+            self._span.end()
+        return done
 
     def is_success(self) -> bool:
         """Whether the operation has finished successfully."""

@@ -15,7 +15,7 @@ import warnings
 from datetime import timedelta
 from typing import Any, Callable, Optional, TypeVar
 
-from . import _core, _debug, cuda
+from . import _core, _debug, cuda, status
 from ._debug import logger
 from ._backend import Backend, backend_name, check_device_id
 from ._group import (
@@ -296,6 +296,7 @@ def init_process_group(
         prefixed = _core.PrefixStore(store_prefix(_generation), store)
         core = _core.ProcessGroup(prefixed, rank, world_size, timeout.total_seconds(), "0")
         pg = ProcessGroup(core, list(range(world_size)), name, world=True, store=prefixed)
+        status.publish(store, rank, world_size, core.status_address)
         _default_pg = pg
     pg._backend = name
     _default_store = store

@@ -8,6 +8,7 @@ passed to ``_core`` zero-copy."""
 from __future__ import annotations
 
 import inspect
+import json
 import sys
 import warnings
 from datetime import timedelta
@@ -671,6 +672,24 @@ def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[Work]:
     return _ops.batch_isend_irecv(pg, ops)
 
 
+def stats(group: Optional[ProcessGroup] = None) -> dict[str, Any]:
+    """rustdist's counters of ``group`` (None: the default group) on this rank, since it was
+    made: ``ops``, by operation name (torch's, as the flight recorder names them), each with
+    ``count`` and ``bytes`` (of its inputs; a receive's, of its buffer); ``algorithms``, by
+    ``"collective/algorithm"`` (as ``RUSTDIST_ALGO`` names them), the collectives that ran
+    each; ``waited_s``, the seconds the group's transport slept waiting for peers. Not a
+    torch.distributed function: rustdist's own, as is ``python -m rustdist.status``, which
+    shows them for every rank (``--metrics`` in the OpenMetrics text format)."""
+    pg = _default() if group is None else group
+    if pg is None:
+        raise ValueError(_NOT_INITIALIZED)
+    core = getattr(pg, "_pg", None)
+    if core is None:
+        raise ValueError(f"{pg} is not a rustdist process group")
+    counters: dict[str, Any] = json.loads(core.stats())
+    return counters
+
+
 # ---------------------------------------------------------------------------------------------
 # The fast path
 
@@ -729,5 +748,5 @@ __all__ = [
     "get_world_size", "group", "init_process_group", "irecv", "is_available", "is_initialized",
     "isend", "monitored_barrier", "new_group", "new_subgroups", "new_subgroups_by_enumeration",
     "recv", "reduce", "reduce_scatter", "reduce_scatter_single", "reduce_scatter_tensor",
-    "scatter", "send", "shrink_group",
+    "scatter", "send", "shrink_group", "stats",
 ]

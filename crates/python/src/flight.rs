@@ -1,11 +1,15 @@
 //! The flight recorder's Python side: where dumps go and under which rank, the group names
-//! torch knows, and (under `TORCH_INCLUDE_STACK_TRACE=1`) the Python stack each operation was
-//! issued from.
+//! torch knows, (under `TORCH_INCLUDE_STACK_TRACE=1`) the Python stack each operation was
+//! issued from, and the status query that asks running ranks what they are doing.
 
+use std::net::SocketAddr;
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use pyo3::prelude::*;
+use rustdist_core::auth::AuthKey;
 use rustdist_core::recorder::{self, Frame};
+use rustdist_core::transport::heartbeat::ask_status as ask_status_of;
 
 use crate::error::PyDistError;
 
@@ -76,7 +80,30 @@ fn flight_recorder_capacity() -> usize {
     recorder::capacity()
 }
 
+/// Asks the ranks whose heartbeats answer at `addrs` ("host:port") what their processes are
+/// doing; returns each answer (JSON) by position, None where none came within `timeout`
+/// seconds. Signs the queries with RUSTDIST_AUTH_KEY when it is set.
+#[pyfunction]
+fn ask_status(py: Python<'_>, addrs: Vec<String>, timeout: f64) -> PyResult<Vec<Option<String>>> {
+    let parsed = addrs
+        .iter()
+        .map(|a| {
+            a.parse().map_err(|e| {
+                PyDistError(rustdist_core::Error::invalid(format!(
+                    "status address {a:?}: {e}"
+                )))
+            })
+        })
+        .collect::<Result<Vec<SocketAddr>, PyDistError>>()?;
+    let key = AuthKey::from_env();
+    let within = Duration::from_secs_f64(timeout.max(0.0));
+    Ok(py
+        .detach(|| ask_status_of(&parsed, key.as_ref(), within))
+        .map_err(PyDistError)?)
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(ask_status, m)?)?;
     m.add_function(wrap_pyfunction!(flight_recorder_set_rank, m)?)?;
     m.add_function(wrap_pyfunction!(flight_recorder_dump, m)?)?;
     m.add_function(wrap_pyfunction!(flight_recorder_dump_after, m)?)?;

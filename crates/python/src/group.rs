@@ -172,6 +172,27 @@ impl PyProcessGroup {
         self.pg.streams_per_peer()
     }
 
+    /// The sequence number of the last collective issued on the group (0 before any), as
+    /// the flight recorder numbers them.
+    #[getter]
+    fn sequence_number(&self) -> u64 {
+        self.pg.recorder().collective_seq()
+    }
+
+    /// The group's counters on this rank, as JSON: `ops` (by operation: `count`, `bytes`),
+    /// `algorithms` (by "collective/algorithm": collectives run), `waited_s` (seconds the
+    /// transport slept waiting for peers).
+    fn stats(&self) -> String {
+        serde_json::to_string(&self.pg.recorder().stats()).unwrap_or_else(|_| "{}".into())
+    }
+
+    /// Where this rank answers status queries ("host:port" of its heartbeats' socket); None
+    /// alone in its group or with heartbeats off.
+    #[getter]
+    fn status_address(&self) -> Option<String> {
+        self.pg.status_addr().map(|a| a.to_string())
+    }
+
     #[pyo3(signature = (ptr, numel, dtype, op, keep, premul = None, sync = false))]
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn all_reduce(

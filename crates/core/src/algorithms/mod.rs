@@ -120,7 +120,10 @@ pub fn all_reduce(
     kernels::check_supported(ctx.sig.dtype, ctx.reduce)?;
     check_whole_elements(ctx, "buffer", buf.len())?;
     let single_copy = common::single_copy_available(t);
-    match algos.all_reduce(buf.len(), t.size(), t.link_kind(), single_copy) {
+    match algos
+        .all_reduce(buf.len(), t.size(), t.link_kind(), single_copy)
+        .noted()
+    {
         AllReduceAlgo::Ring => {
             let shape = algos.ring_shape();
             allreduce::ring::all_reduce(t, ctx, buf, shape)
@@ -157,7 +160,7 @@ pub fn reduce(
     kernels::check_supported(ctx.sig.dtype, ctx.reduce)?;
     check_whole_elements(ctx, "buffer", buf.len())?;
     check_root(t, ctx, root)?;
-    match algos.reduce(t.link_kind()) {
+    match algos.reduce(t.link_kind()).noted() {
         ReduceAlgo::BinomialTree => reduce::binomial_tree::reduce(t, ctx, buf, root),
         ReduceAlgo::Shm => reduce::shm::reduce(t, ctx, buf, root),
         ReduceAlgo::Hierarchical => reduce::hierarchical::reduce(t, ctx, buf, root),
@@ -174,7 +177,10 @@ pub fn broadcast(
 ) -> Result<()> {
     check_root(t, ctx, root)?;
     let single_copy = common::single_copy_available(t);
-    match algos.broadcast(buf.len(), t.size(), t.link_kind(), single_copy) {
+    match algos
+        .broadcast(buf.len(), t.size(), t.link_kind(), single_copy)
+        .noted()
+    {
         BroadcastAlgo::BinomialTree => broadcast::binomial_tree::broadcast(t, ctx, buf, root),
         BroadcastAlgo::Chain => broadcast::chain::broadcast(
             t,
@@ -229,7 +235,9 @@ pub fn all_gather_from(
     }
     let total: usize = blocks.iter().map(|b| b.len()).sum();
     let single_copy = common::single_copy_available(t);
-    let algo = algos.all_gather(total, t.size(), t.link_kind(), single_copy);
+    let algo = algos
+        .all_gather(total, t.size(), t.link_kind(), single_copy)
+        .noted();
     let takes_input = matches!(algo, AllGatherAlgo::Shm | AllGatherAlgo::SingleCopy);
     if let (Some(src), false) = (input, takes_input) {
         blocks[own].copy_from_slice(src);
@@ -271,7 +279,7 @@ pub fn reduce_scatter(
             input.len(),
         )));
     }
-    match algos.reduce_scatter(t.link_kind()) {
+    match algos.reduce_scatter(t.link_kind()).noted() {
         ReduceScatterAlgo::Ring => reduce_scatter::ring::reduce_scatter(
             t,
             ctx,
@@ -298,7 +306,7 @@ pub fn gather(
     if t.rank() == root {
         check_blocks(t, ctx, "output blocks", outputs.len())?;
     }
-    match algos.gather(t.link_kind()) {
+    match algos.gather(t.link_kind()).noted() {
         GatherAlgo::Direct => gather::direct::gather(t, ctx, input, outputs, root),
         GatherAlgo::Shm => gather::shm::gather(t, ctx, input, outputs, root),
     }
@@ -318,7 +326,7 @@ pub fn scatter(
     if t.rank() == root {
         check_blocks(t, ctx, "input blocks", inputs.len())?;
     }
-    match algos.scatter(t.link_kind()) {
+    match algos.scatter(t.link_kind()).noted() {
         ScatterAlgo::Direct => scatter::direct::scatter(t, ctx, inputs, output, root),
         ScatterAlgo::Shm => scatter::shm::scatter(t, ctx, inputs, output, root),
     }
@@ -346,7 +354,10 @@ pub fn all_to_all(
     }
     let even_bytes = (ctx.sig.count > 0).then(|| sends.iter().map(|s| s.len()).sum());
     let single_copy = common::single_copy_available(t);
-    match algos.all_to_all(even_bytes, t.size(), t.link_kind(), single_copy) {
+    match algos
+        .all_to_all(even_bytes, t.size(), t.link_kind(), single_copy)
+        .noted()
+    {
         AllToAllAlgo::Pairwise => alltoall::pairwise::all_to_all(t, ctx, sends, recvs),
         AllToAllAlgo::Shm => alltoall::shm::all_to_all(t, ctx, sends, recvs),
         AllToAllAlgo::SingleCopy => alltoall::single_copy::all_to_all(t, ctx, sends, recvs),
@@ -355,7 +366,7 @@ pub fn all_to_all(
 
 /// Returns once every rank has entered the barrier.
 pub fn barrier(t: &mut dyn Transport, ctx: &OpCtx, algos: &AlgoOverrides) -> Result<()> {
-    match algos.barrier(t.link_kind()) {
+    match algos.barrier(t.link_kind()).noted() {
         BarrierAlgo::Dissemination => barrier::dissemination::barrier(t, ctx),
         BarrierAlgo::Shm => barrier::shm::barrier(t, ctx),
         BarrierAlgo::Hierarchical => barrier::hierarchical::barrier(t, ctx),

@@ -28,6 +28,7 @@ mod worker;
 pub use blocks::Blocks;
 pub use reduction::Reduction;
 
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -77,6 +78,8 @@ pub struct ProcessGroup {
     worker: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// The group's flight recorder: every operation issued on it.
     recorder: Arc<Recorder>,
+    /// Where this rank answers status queries (its heartbeats' socket), if it does.
+    status_addr: Option<SocketAddr>,
 }
 
 /// FNV-1a: a stable 32-bit id of the group name, carried in every frame header.
@@ -121,7 +124,10 @@ impl ProcessGroup {
             bandwidth: transport.bandwidth(),
         })?;
         let streams = transport.streams();
-        Self::assemble(Box::new(transport), name, timeout, algos, streams, cancel)
+        let status_addr = transport.status_addr();
+        let mut group = Self::assemble(Box::new(transport), name, timeout, algos, streams, cancel)?;
+        group.status_addr = status_addr;
+        Ok(group)
     }
 
     /// The group running on `transport` (failed through `cancel`): its engine and worker.
@@ -165,6 +171,7 @@ impl ProcessGroup {
             shared,
             worker: Mutex::new(Some(worker)),
             recorder: Recorder::new(name, Some(group_id(name)), size),
+            status_addr: None,
         })
     }
 
@@ -229,13 +236,15 @@ impl ProcessGroup {
         let algos = engine.algos;
         drop(engine);
         self.shutdown();
-        let group = Self::assemble(shrunk?, &name, timeout, algos, self.streams, cancel)?;
+        let mut group = Self::assemble(shrunk?, &name, timeout, algos, self.streams, cancel)?;
         let info = self.recorder.info();
         let ranks = (0..size)
             .filter(|r| excluded.binary_search(r).is_err())
             .map(|r| info.ranks.get(r).copied().unwrap_or(r))
             .collect();
         group.recorder.set_info(&name, &info.desc, ranks);
+        // The shrunk group keeps this one's heartbeats.
+        group.status_addr = self.status_addr;
         Ok(group)
     }
 
@@ -269,6 +278,12 @@ impl ProcessGroup {
     /// as torch knows them).
     pub fn recorder(&self) -> &Arc<Recorder> {
         &self.recorder
+    }
+
+    /// Where this rank answers status queries (`transport::heartbeat::ask_status`): its
+    /// heartbeats' socket; None alone or with heartbeats off.
+    pub fn status_addr(&self) -> Option<SocketAddr> {
+        self.status_addr
     }
 
     /// How the group's ranks reach each other (what selection chooses algorithms for).
@@ -331,10 +346,10 @@ impl ProcessGroup {
             if let Some(mut engine) = self.shared.idle_engine() {
                 engine.timeout = timeout;
                 let ticket = op.map(|op| self.recorder.record(op, timeout, true));
-                body(&mut engine)?;
-                if let Some(t) = ticket {
-                    self.recorder.completed(t);
-                }
+                let ran = body(&mut engine);
+                let waited = engine.transport.take_waited();
+                self.recorder.ran(ticket, ran.is_ok(), waited);
+                ran?;
                 return Ok(None);
             }
         }
@@ -349,13 +364,10 @@ impl ProcessGroup {
             if let Some(t) = ticket {
                 recorder.started(t);
             }
-            match body(engine) {
-                Ok(src) => {
-                    if let Some(t) = ticket {
-                        recorder.completed(t);
-                    }
-                    done.complete(Ok(()), src)
-                }
+            let ran = body(engine);
+            recorder.ran(ticket, ran.is_ok(), engine.transport.take_waited());
+            match ran {
+                Ok(src) => done.complete(Ok(()), src),
                 Err(e) => done.complete(Err(e), None),
             }
         })?;

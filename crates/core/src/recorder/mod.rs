@@ -11,10 +11,14 @@
 //! uncontended lock acquisitions and two clock reads: recording stays on.
 
 mod dump;
+mod snapshot;
+mod stats;
 
 #[cfg(test)]
 use dump::write_dump;
 pub use dump::{dump, dump_after_failure, dump_path};
+pub use snapshot::{snapshot, GroupState, OpState, ProcessState};
+pub use stats::{note_algorithm, GroupStats, OpCounts};
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -99,6 +103,8 @@ struct Ring {
     slots: Vec<Option<Entry>>,
     /// Entries ever recorded; the next one goes to `recorded % slots.len()`.
     recorded: u64,
+    /// The group's counters (kept even when recording is off).
+    counts: stats::Counts,
 }
 
 /// A handle on a recorded operation, to mark it started and completed.
@@ -257,6 +263,7 @@ impl Recorder {
             ring: Mutex::new(Ring {
                 slots: vec![None; cap],
                 recorded: 0,
+                counts: stats::Counts::default(),
             }),
             collective_seq: AtomicU64::new(0),
             p2p_seq: AtomicU64::new(0),
@@ -300,6 +307,9 @@ impl Recorder {
     pub fn record(&self, op: Op, timeout: Duration, started: bool) -> Ticket {
         let frames = NEXT_FRAMES.with(|f| f.borrow_mut().take());
         let mut ring = lock(&self.ring);
+        // Inputs, or a receive's buffer.
+        let elements = if op.input == 0 { op.output } else { op.input };
+        ring.counts.issued(op.name, elements * op.dtype.size() as u64);
         if ring.slots.is_empty() {
             return Ticket { index: None };
         }
@@ -388,6 +398,34 @@ impl Recorder {
         (first..ring.recorded)
             .filter_map(|i| ring.slots[(i % cap) as usize].clone())
             .collect()
+    }
+
+    /// An operation this thread has just run: counts the algorithm the dispatcher noted for
+    /// it (if any) and the time its transport waited for peers, and marks it completed when
+    /// it `succeeded` (a failed one stays where it was); one lock for all of it.
+    pub fn ran(&self, t: Option<Ticket>, succeeded: bool, waited: Duration) {
+        let now = coarse_now_ns();
+        let mut ring = lock(&self.ring);
+        ring.counts.ran(waited);
+        if let (true, Some(index)) = (succeeded, t.and_then(|t| t.index)) {
+            let cap = ring.slots.len() as u64;
+            if ring.recorded - index <= cap {
+                if let Some(e) = ring.slots[(index % cap) as usize].as_mut() {
+                    e.state = State::Completed;
+                    e.completed_ns = Some(now);
+                }
+            }
+        }
+    }
+
+    /// The group's counters.
+    pub fn stats(&self) -> GroupStats {
+        lock(&self.ring).counts.report()
+    }
+
+    /// The sequence number of the last collective issued on the group (0 before any).
+    pub fn collective_seq(&self) -> u64 {
+        self.collective_seq.load(Ordering::Relaxed)
     }
 
     /// The last collective this rank entered (started) on the group (0 before any).

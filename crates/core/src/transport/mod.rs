@@ -313,6 +313,11 @@ pub trait Transport: Send {
         LinkKind::of(self.host_of())
     }
 
+    /// The time slept waiting for peers since the last call (for the group's counters).
+    fn take_waited(&mut self) -> Duration {
+        Duration::ZERO
+    }
+
     /// The workspace of the ranks on this host, when there are several.
     fn shared(&mut self) -> Option<&mut dyn SharedMemory> {
         None

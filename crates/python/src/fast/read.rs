@@ -5,7 +5,7 @@
 use pyo3::exceptions::PyValueError;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyTuple};
+use pyo3::types::{PyBool, PyDict, PyTuple};
 
 use super::args::given;
 use super::state::{State, STATE};
@@ -139,8 +139,13 @@ pub(super) fn engine_group<'py>(
     ))
 }
 
-/// Whether TORCH_DISTRIBUTED_DEBUG=DETAIL's checks are off (they run in Python).
+/// Whether TORCH_DISTRIBUTED_DEBUG=DETAIL's checks are off and no profiler records (both
+/// run in Python).
 pub(super) fn checks_off(st: &State, py: Python<'_>) -> PyResult<bool> {
-    let detail = st.debug.bind(py).get_item(intern!(py, "detail"))?;
-    Ok(detail.is_some_and(|d| d.is(PyBool::new(py, false).as_any())))
+    let off = |namespace: &Py<PyDict>, flag| -> PyResult<bool> {
+        let value = namespace.bind(py).get_item(flag)?;
+        Ok(value.is_some_and(|v| v.is(PyBool::new(py, false).as_any())))
+    };
+    Ok(off(&st.debug, intern!(py, "detail"))?
+        && off(&st.profiler, intern!(py, "_is_profiler_enabled"))?)
 }

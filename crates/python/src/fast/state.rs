@@ -29,6 +29,9 @@ pub(super) struct State {
     /// `log(name, e)`.
     pub(super) debug: Py<PyDict>,
     pub(super) log: Py<PyAny>,
+    /// The namespace of `torch.autograd.profiler` (its `_is_profiler_enabled` flag: while a
+    /// profiler records, calls go to Python, which records them).
+    pub(super) profiler: Py<PyDict>,
 }
 
 pub(super) static STATE: PyOnceLock<State> = PyOnceLock::new();
@@ -46,6 +49,7 @@ pub fn fast_init(
     group_class: Py<PyType>,
     debug: Py<PyModule>,
     log: Py<PyAny>,
+    profiler: Py<PyModule>,
 ) -> PyResult<()> {
     let dtype_codes = dtype_codes
         .bind(py)
@@ -65,6 +69,7 @@ pub fn fast_init(
             group_class,
             debug: debug.bind(py).dict().unbind(),
             log,
+            profiler: profiler.bind(py).dict().unbind(),
         },
     );
     Ok(())

@@ -30,6 +30,12 @@ macro_rules! algo_enum {
             pub fn name(self) -> &'static str {
                 match self { $($name::$var => $s),+ }
             }
+
+            /// This choice, noted as the one the collective runs (for its group's counters).
+            pub fn noted(self) -> Self {
+                crate::recorder::note_algorithm($coll, self.name());
+                self
+            }
         }
     };
 }

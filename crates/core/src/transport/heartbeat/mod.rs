@@ -39,9 +39,12 @@ use wire::{decode, encode, Said, ASK, BEAT, GOODBYE, MAX_LEN};
 
 pub use wire::Identity;
 
+mod query;
 #[cfg(test)]
 mod tests;
 mod wire;
+
+pub use query::ask_status;
 
 /// Beats after a failure during which a rank also tells its fingers (datagrams get lost).
 const SPREAD_BEATS: u32 = 3;
@@ -269,6 +272,11 @@ impl Heartbeat {
         })
     }
 
+    /// Where this rank's datagrams come from and status queries are answered.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.sock.local_addr().ok()
+    }
+
     /// Serves the group shrunk to `keep` (ranks of the group served now, in the new group's
     /// order), whose id is `group`, failing it through `cancel`: the ranks left out are no
     /// longer watched or beaten to, and a silent rank is named by its new number. Datagrams
@@ -429,6 +437,10 @@ fn tick(
 /// ask answered.
 fn take(sock: &UdpSocket, shared: &Shared, b: &[u8], from: SocketAddr) -> bool {
     let key = shared.key.as_ref();
+    if let Some(nonce) = query::decode_query(b, key) {
+        answer_query(sock, key, &nonce, from);
+        return false;
+    }
     let Some(datagram) = decode(b, &shared.id, key) else {
         return false;
     };
@@ -472,6 +484,20 @@ fn take(sock: &UdpSocket, shared: &Shared, b: &[u8], from: SocketAddr) -> bool {
         recorder::dump_after_failure(&e.to_string());
     }
     learnt.is_some()
+}
+
+/// Answers a status query from `from` with what every group of the process is doing.
+fn answer_query(sock: &UdpSocket, key: Option<&AuthKey>, nonce: &query::Nonce, from: SocketAddr) {
+    let Ok(mut body) = serde_json::to_vec(&recorder::snapshot()) else {
+        return;
+    };
+    if body.len() > query::MAX_ANSWER {
+        // Too many groups for one datagram: the process alone.
+        let mut state = recorder::snapshot();
+        state.groups.truncate(1);
+        body = serde_json::to_vec(&state).unwrap_or_default();
+    }
+    let _ = sock.send_to(&query::encode_answer(nonce, &body, key), from);
 }
 
 /// Forgets the silence of every peer: this thread itself did not run for longer than a peer

@@ -19,6 +19,7 @@
 //! connects the transport and implements [`Transport`], uses them.
 
 use std::collections::VecDeque;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -81,6 +82,11 @@ impl MeshTransport {
     /// TCP streams joining this rank to each peer on another host (1 when none is).
     pub fn streams(&self) -> usize {
         self.streams
+    }
+
+    /// Where this rank's heartbeats answer status queries (None without heartbeats).
+    pub fn status_addr(&self) -> Option<SocketAddr> {
+        self.heartbeat.as_ref().and_then(Heartbeat::local_addr)
     }
 
     /// Joins the mesh of group `group` (rendezvous keys under `prefix` in `store`) within
@@ -218,6 +224,7 @@ impl MeshTransport {
             ws_seq: u64::MAX,
             swept: None,
             heartbeat,
+            waited: Duration::ZERO,
             on_demand,
             host,
         })
@@ -234,6 +241,10 @@ impl MeshTransport {
 }
 
 impl Transport for MeshTransport {
+    fn take_waited(&mut self) -> Duration {
+        std::mem::take(&mut self.waited)
+    }
+
     fn rank(&self) -> usize {
         self.rank
     }

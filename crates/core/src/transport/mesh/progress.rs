@@ -123,6 +123,13 @@ impl MeshTransport {
     /// shared-memory doorbell (in short naps, checking that peers are alive; every peer is
     /// read after one).
     pub(super) fn block(&mut self, left: Duration, ready: &mut Vec<usize>) -> Result<()> {
+        let started = Instant::now();
+        let blocked = self.block_until_progress(left, ready);
+        self.waited += started.elapsed();
+        blocked
+    }
+
+    fn block_until_progress(&mut self, left: Duration, ready: &mut Vec<usize>) -> Result<()> {
         if let Some(host) = &self.host {
             let all_shm = self.peers.iter().flatten().all(|p| p.link.in_memory());
             let nap = left.min(Duration::from_millis(if all_shm { 5 } else { 1 }));

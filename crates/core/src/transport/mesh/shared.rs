@@ -2,7 +2,7 @@
 //! poll, then yielding while the links are serviced (aborts, dead peers, point-to-point
 //! traffic), then sleeping on the doorbell, until the step arrives or the deadline passes.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::state::MeshTransport;
 use crate::error::{Error, Result};
@@ -82,7 +82,9 @@ impl MeshTransport {
                 return Err(self.fail(self.timed_out(ctx, waited)));
             };
             if let (Some(host), Some(ws)) = (&self.host, self.ws.as_mut()) {
+                let started = Instant::now();
                 host.sleep(left.min(WS_NAP), || ready(ws));
+                self.waited += started.elapsed();
             }
             self.note_closed_peers();
             if let Some(ws) = self.ws.as_mut() {

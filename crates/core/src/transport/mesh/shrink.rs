@@ -14,7 +14,7 @@
 //! new workspace is used only after every local survivor has.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::state::{Frame, MeshTransport, OutFrame, Rx, RX_IDLE};
 use crate::cancel::Cancel;
@@ -343,6 +343,7 @@ impl MeshTransport {
             ws_seq: u64::MAX,
             swept: None,
             heartbeat,
+            waited: Duration::ZERO,
             on_demand,
             host,
         }

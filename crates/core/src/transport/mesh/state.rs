@@ -61,6 +61,8 @@ pub struct MeshTransport {
     pub(super) streams: usize,
     /// Fails the group (through `cancel`) when a peer goes silent; stopped at shutdown.
     pub(super) heartbeat: Option<Heartbeat>,
+    /// Time slept waiting for peers since the group last took it (its counters).
+    pub(super) waited: Duration,
     /// Links made on first use (None: every peer was linked at connect).
     pub(super) on_demand: Option<OnDemand>,
     /// Shared memory with the peers on this host; after `peers` and `ws`, so the pipes and

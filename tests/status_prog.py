@@ -1,0 +1,26 @@
+"""A job for tests/test_status.py under torchrun (the torch door, on torchrun's store): rank 1
+"computes" (waits for a key the test sets once it has asked the job) while the other ranks
+wait in an all_reduce; then the all_reduce's result is checked."""
+
+import os
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+import rustdist  # noqa: F401 - registers the "rustdist" backend
+
+#: The key the test sets once it has asked the job.
+RELEASE = os.environ["RUSTDIST_TEST_RELEASE"]
+
+dist.init_process_group("rustdist")
+rank, world = dist.get_rank(), dist.get_world_size()
+if rank == 1:
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), None, False,
+                          timedelta(seconds=120))
+    store.wait([RELEASE])
+x = torch.full((4,), float(rank))
+dist.all_reduce(x)
+assert x.tolist() == [float(sum(range(world)))] * 4, x
+print(f"rank {rank}: all_reduce ok", flush=True)
+dist.destroy_process_group()

@@ -1,0 +1,219 @@
+"""``python -m rustdist.status``: a running job asked what each rank is doing, through both
+front doors, on shared memory, TCP and the test hosts (as the suite's run sets them): a rank
+computing while the others wait in an all_reduce, a rank waiting in another group's
+collective, a killed rank; the job goes on unharmed after being asked (cases in
+status_cases.py)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from harness import BACKEND, HOSTS_SPEC, IS_TORCH, World, free_port, reaped, session_hosts
+from status_cases import RELEASE
+
+from rustdist import status
+
+pytestmark = [
+    pytest.mark.timeout(180),
+    pytest.mark.skipif(IS_TORCH and BACKEND == "gloo",
+                       reason="rustdist's status query: gloo ranks do not answer it"),
+]
+
+#: How long the driver waits for the job to reach the state a scenario sets up.
+SETTLE_S = 30.0
+
+
+def _address(w: World) -> str:
+    return f"{w.master_addr}:{w.port}"
+
+
+def _near_the_job(w: World, argv: list[str]) -> str:
+    """Runs ``argv`` where the job's addresses can be reached (on a test host when the
+    world's ranks are on them: their addresses exist only there); returns its output."""
+    hosts = w.hosts if w.hosts is not None else session_hosts()
+    run: Any = subprocess.run if hosts is None else functools.partial(hosts.run, 0)
+    done = run(argv, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, (argv, done.stdout, done.stderr)
+    return str(done.stdout)
+
+
+def _ask(w: World, *options: str) -> str:
+    """What ``python -m rustdist.status`` prints about the job."""
+    return _near_the_job(w, [sys.executable, "-m", "rustdist.status", _address(w), *options])
+
+
+def _ask_until(w: World, settled: Callable[[list[dict[str, Any]]], bool]) -> list[dict[str, Any]]:
+    """The job's status (``--json``) once ``settled`` says it has reached the scenario's state
+    (ranks notify before they enter their operations, so the first answers may come
+    earlier)."""
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        ranks: list[dict[str, Any]] = json.loads(_ask(w, "--json", "--timeout", "1"))
+        if settled(ranks) or time.monotonic() > deadline:
+            return ranks
+        time.sleep(0.05)  # polling a condition, with a deadline
+
+
+def _release(w: World, tag: str) -> None:
+    """Sets the key the held ranks wait for, through the job's own kind of store client."""
+    client = "torch.distributed" if IS_TORCH else "rustdist"
+    _near_the_job(w, [sys.executable, "-c", (
+        f"import datetime, {client} as d; "
+        f"d.TCPStore({w.master_addr!r}, {w.port}, None, False, "
+        f"datetime.timedelta(seconds=30)).set({RELEASE + tag!r}, '1')")])
+
+
+def _current(rank: dict[str, Any], desc: str = "default_pg") -> Any:
+    group = next(g for g in rank["groups"] if g["desc"] == desc)
+    return group["current"]
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_the_others_wait_for_a_rank_that_computes(worlds: Callable[[int], World],
+                                                  world: int) -> None:
+    w = worlds(world)
+    busy, tag = world - 1, uuid.uuid4().hex
+    w.submit("status_cases:one_rank_computes", busy=busy, tag=tag)
+    w.wait_notes(list(range(world)), "status_cases:one_rank_computes")
+
+    def settled(ranks: list[dict[str, Any]]) -> bool:
+        return all(r["waits_for"] == [busy] for r in ranks if r["rank"] != busy)
+
+    ranks = _ask_until(w, settled)
+    try:
+        assert [r["rank"] for r in ranks] == list(range(world))
+        assert all(r["alive"] and r["pid"] > 0 and r["host"] for r in ranks), ranks
+        for r in ranks:
+            if r["rank"] == busy:
+                assert _current(r) is None, r
+                assert r["waits_for"] == [], r
+            else:
+                cur = _current(r)
+                assert cur["op"] == "all_reduce" and cur["state"] == "started", r
+                assert r["waits_for"] == [busy], r
+        words = "\n".join(status.verdict(ranks))
+        assert f"rank {busy} is in no operation" in words, words
+        assert f"for {busy}:" in words, words
+    finally:
+        _release(w, tag)
+    results = w.collect(list(range(world)), "status_cases:one_rank_computes")
+    assert results == [[float(sum(range(world)))] * 4] * world
+
+
+@pytest.mark.parametrize("world", [3, 4])
+def test_a_rank_waits_in_another_group(worlds: Callable[[int], World], world: int) -> None:
+    w = worlds(world)
+    last, tag = world - 1, uuid.uuid4().hex
+    w.submit("status_cases:one_rank_in_another_group", tag=tag)
+    w.wait_notes(list(range(world)), "status_cases:one_rank_in_another_group")
+
+    def settled(ranks: list[dict[str, Any]]) -> bool:
+        return (all(r["waits_for"] == [last] for r in ranks if r["rank"] != last)
+                and ranks[last]["waits_for"] == [0])
+
+    ranks = _ask_until(w, settled)
+    try:
+        for r in ranks:
+            assert r["waits_for"] == ([0] if r["rank"] == last else [last]), r
+        pair = [g for g in ranks[last]["groups"] if g["ranks"] == [0, last]]
+        assert pair and pair[0]["current"]["op"] == "all_reduce", ranks[last]
+        words = "\n".join(status.verdict(ranks))
+        assert f"rank {last} is in all_reduce" in words, words
+        assert "rank 0 is in all_reduce" in words and "default_pg" in words, words
+    finally:
+        _release(w, tag)
+    w.collect(list(range(world)), "status_cases:one_rank_in_another_group")
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_a_killed_rank_shows_as_dead(short_world: Callable[..., World], world: int) -> None:
+    w = short_world(world)
+    victim = world - 1
+    w.exit_rank(victim)
+    ranks = json.loads(_ask(w, "--json"))
+    for r in ranks:
+        assert r["alive"] == (r["rank"] != victim), ranks
+    assert f"no answer from rank(s) {victim}" in "\n".join(status.verdict(ranks))
+
+
+def test_the_command_line_prints_a_row_per_rank(worlds: Callable[[int], World]) -> None:
+    text = _ask(worlds(2))
+    rows = [line.split()[0] for line in text.splitlines()[1:] if line[:1].isdigit()]
+    assert rows == ["0", "1"], text
+    assert "no rank waits for another" in text, text
+
+
+@pytest.mark.parametrize("world", [1, 2, 3])
+def test_counters_against_known_traffic(worlds: Callable[[int], World], world: int) -> None:
+    w = worlds(world)
+    results = w.run("status_cases:known_traffic")
+    for counters in results:
+        ops = counters["ops"]
+        assert ops["all_reduce"] == {"count": 3, "bytes": 3 * 4 * 4}, counters
+        assert ops["broadcast"] == {"count": 2, "bytes": 2 * 8 * 8}, counters
+        assert ops["barrier"]["count"] == 1, counters
+        runs = counters["algorithms"]
+        for collective, n in (("all_reduce", 3), ("broadcast", 2), ("barrier", 1)):
+            assert sum(v for k, v in runs.items() if k.startswith(collective + "/")) == n, runs
+        assert counters["waited_s"] >= 0, counters
+    try:
+        if world > 1:  # alone, a rank has no heartbeats to answer the query
+            ranks = json.loads(_ask(w, "--json"))
+            for r in ranks:  # the counted group's counters, as the rank itself read them
+                assert any(g["stats"]["ops"] == results[r["rank"]]["ops"] for g in r["groups"]), r
+            text = _ask(w, "--metrics")
+            assert text.rstrip().endswith("# EOF"), text
+            assert "# TYPE rustdist_operations counter" in text, text
+            for r in range(world):
+                assert f'rustdist_up{{rank="{r}"}} 1' in text, text
+                assert any(line.startswith("rustdist_operations_total{") and f'rank="{r}"' in line
+                           and 'op="broadcast"' in line and line.endswith(" 2")
+                           for line in text.splitlines()), text
+    finally:
+        w.run("status_cases:forget_known_traffic")
+
+
+@pytest.mark.skipif(bool(HOSTS_SPEC), reason="torchrun's ranks run on this host, not on test hosts")
+def test_a_torchrun_job(tmp_path: Path) -> None:
+    """A job under torchrun (the torch door; the ranks publish in torchrun's store, torch's
+    TCPStore): the query finds it at torchrun's master address and names the computing
+    rank; the job then finishes."""
+    port, release = free_port(), RELEASE + uuid.uuid4().hex
+    torchrun = Path(sys.executable).parent / "torchrun"
+    cmd = [str(torchrun), "--nproc-per-node", "3", "--master-addr", "127.0.0.1",
+           "--master-port", str(port), str(Path(__file__).parent / "status_prog.py")]
+    with reaped() as tag:
+        env = {**os.environ, **tag, "OMP_NUM_THREADS": "1", "RUSTDIST_TEST_RELEASE": release}
+        job = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+        address = f"127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 120
+            while True:  # until the ranks have published and ranks 0 and 2 wait (bounded)
+                try:
+                    ranks = status.query(address)
+                    if all(r["waits_for"] == [1] for r in ranks if r["rank"] != 1):
+                        break
+                except Exception:  # noqa: BLE001 - the job is still starting
+                    pass
+                assert time.monotonic() < deadline and job.poll() is None, "job never settled"
+                time.sleep(0.1)  # polling a condition, with a deadline
+            assert [r["rank"] for r in ranks] == [0, 1, 2] and all(r["alive"] for r in ranks)
+            assert "rank 1 is in no operation" in "\n".join(status.verdict(ranks))
+        finally:
+            from torch.distributed import TCPStore
+
+            TCPStore("127.0.0.1", port, None, False).set(release, "1")
+            out, _ = job.communicate(timeout=120)
+    assert job.returncode == 0, out[-4000:]
+    assert out.count("all_reduce ok") == 3, out[-4000:]
