@@ -217,3 +217,54 @@ def test_a_torchrun_job(tmp_path: Path) -> None:
             out, _ = job.communicate(timeout=120)
     assert job.returncode == 0, out[-4000:]
     assert out.count("all_reduce ok") == 3, out[-4000:]
+
+
+@pytest.mark.skipif(bool(HOSTS_SPEC), reason="the job's ranks run on this host, not on test hosts")
+def test_under_a_key_only_signed_queries_are_answered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """RUSTDIST_AUTH_KEY: the command with the job's key sees the job; without it, or with
+    another, the store refuses it; a rank ignores a query signed with another key (shown
+    dead to it), and answers one signed with the job's."""
+    from rustdist import TCPStore, _core
+
+    port, release, world = free_port(), RELEASE + uuid.uuid4().hex, 2
+    address = f"127.0.0.1:{port}"
+    with reaped() as tag:
+        base = {**os.environ, **tag, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(port), "WORLD_SIZE": str(world)}
+        keyed = {**base, "RUSTDIST_AUTH_KEY": "the-job's-key"}
+        prog = str(Path(__file__).parent / "status_prog.py")
+        ranks = [subprocess.Popen([sys.executable, prog, "swap"],
+                                  env={**keyed, "RANK": str(r), "RUSTDIST_TEST_RELEASE": release},
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                 for r in range(world)]
+
+        def ask(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([sys.executable, "-m", "rustdist.status", address, "--json"],
+                                  env=env, capture_output=True, text=True, timeout=60)
+
+        try:
+            deadline = time.monotonic() + 120
+            while True:  # until rank 0 waits for rank 1 (bounded)
+                done = ask(keyed)
+                if done.returncode == 0 and json.loads(done.stdout)[0]["waits_for"] == [1]:
+                    break
+                assert time.monotonic() < deadline, done.stderr[-2000:]
+                time.sleep(0.1)  # polling a condition, with a deadline
+            for env in (base, {**base, "RUSTDIST_AUTH_KEY": "another"}):
+                refused = ask(env)
+                assert refused.returncode != 0, refused.stdout
+                assert "RUSTDIST_AUTH_KEY" in refused.stderr, refused.stderr[-2000:]
+            monkeypatch.setenv("RUSTDIST_AUTH_KEY", "the-job's-key")
+            store = TCPStore("127.0.0.1", port, None, False)
+            addrs = [json.loads(v)["addr"] for v in
+                     store.multi_get([f"{status.KEY_PREFIX}{r}" for r in range(world)])]
+            assert all(_core.ask_status(addrs, 1.0)), addrs
+            monkeypatch.setenv("RUSTDIST_AUTH_KEY", "another")
+            assert _core.ask_status(addrs, 0.5) == [None] * world
+            store.set(release, "1")
+            outs = [p.communicate(timeout=120)[0] for p in ranks]
+        finally:
+            for p in ranks:
+                p.kill()
+    assert all(p.returncode == 0 for p in ranks), outs
+    assert all("all_reduce ok" in out for out in outs), outs

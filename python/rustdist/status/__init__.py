@@ -74,6 +74,8 @@ def _connect(host: str, port: int, timeout: float) -> Any:
         return _core.TCPStore(host, port, None, False,
                               timedelta(seconds=min(timeout, HANDSHAKE_S)))
     except Exception as first:  # noqa: BLE001 - torch's store speaks another protocol
+        if "no answer from the server" not in str(first):  # refused (a key), not unanswered
+            raise
         try:
             from torch.distributed import TCPStore
         except ImportError:
