@@ -309,7 +309,8 @@ impl Recorder {
         let mut ring = lock(&self.ring);
         // Inputs, or a receive's buffer.
         let elements = if op.input == 0 { op.output } else { op.input };
-        ring.counts.issued(op.name, elements * op.dtype.size() as u64);
+        ring.counts
+            .issued(op.name, elements * op.dtype.size() as u64);
         if ring.slots.is_empty() {
             return Ticket { index: None };
         }
