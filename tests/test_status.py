@@ -181,6 +181,8 @@ def test_counters_against_known_traffic(worlds: Callable[[int], World], world: i
                            for line in text.splitlines()), text
     finally:
         w.run("status_cases:forget_known_traffic")
+    if world > 1:  # the world-wide group, made and destroyed since, took no rank's place
+        assert all(r["alive"] for r in json.loads(_ask(w, "--json")))
 
 
 @pytest.mark.skipif(bool(HOSTS_SPEC), reason="torchrun's ranks run on this host, not on test hosts")

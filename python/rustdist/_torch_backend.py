@@ -31,15 +31,16 @@ except ImportError:
 
 def new_process_group(store: Any, rank: int, size: int, timeout: Union[timedelta, float],
                       group_name: str, global_ranks: list[int],
-                      backend: str = BACKEND_NAME) -> _group.ProcessGroup:
+                      backend: str = BACKEND_NAME, world: bool = False) -> _group.ProcessGroup:
     """A group over ``store`` (a rustdist store or a torch one) of ``size`` ranks, this one
     being group rank ``rank``; ``global_ranks`` are the members' global ranks by group rank.
-    Collective over the members. Touches no world state (torch's backend registry calls it)."""
+    Collective over the members. Touches no world state (torch's backend registry calls it)
+    but, for the ``world``'s group, publishing where this rank answers status queries."""
     _debug.apply_env()
     core = _core.ProcessGroup(store, rank, size, seconds(timeout), group_name)
     pg = ProcessGroup(core, list(global_ranks), backend, world=False, store=store)
     _group.made_by_torch.add(pg)
-    if list(global_ranks) == list(range(size)):  # the world's group (or one as wide)
+    if world:
         status.publish(store, rank, size, core.status_address)
     return pg
 
@@ -391,10 +392,12 @@ else:
 
     def _create(opts: Any, pg_options: Any) -> ProcessGroup:
         """The creator torch calls (``extended_api=True``) to build a rustdist group."""
+        # torch names no members for its default group (the world) alone.
+        world = not opts.global_ranks_in_group
         ranks = list(opts.global_ranks_in_group) or list(range(opts.group_size))
         return new_process_group(store=opts.store, rank=opts.group_rank, size=opts.group_size,
                                  timeout=opts.timeout, group_name=opts.group_id,
-                                 global_ranks=ranks)
+                                 global_ranks=ranks, world=world)
 
     _kernels: list[Any] = []  # the torch.library registration, kept alive
 
