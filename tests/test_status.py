@@ -73,21 +73,31 @@ def _release(w: World, tag: str) -> None:
         f"datetime.timedelta(seconds=30)).set({RELEASE + tag!r}, '1')")])
 
 
+def _group(rank: dict[str, Any], desc: str = "default_pg") -> dict[str, Any]:
+    """The rank's group described ``desc`` (torch's group_desc). Other groups the shared
+    worlds' earlier tests left behind may be in operations of their own."""
+    return next(g for g in rank["groups"] if g["desc"] == desc)
+
+
 def _current(rank: dict[str, Any], desc: str = "default_pg") -> Any:
-    group = next(g for g in rank["groups"] if g["desc"] == desc)
-    return group["current"]
+    return _group(rank, desc)["current"]
+
+
+def _waits(rank: dict[str, Any]) -> list[int]:
+    """The ranks it waits for in the world's group."""
+    return list(_group(rank)["waits_for"])
 
 
 @pytest.mark.parametrize("world", [2, 3, 4])
-def test_the_others_wait_for_a_rank_that_computes(worlds: Callable[[int], World],
+def test_the_others_wait_for_a_rank_that_computes(short_world: Callable[..., World],
                                                   world: int) -> None:
-    w = worlds(world)
+    w = short_world(world)
     busy, tag = world - 1, uuid.uuid4().hex
     w.submit("status_cases:one_rank_computes", busy=busy, tag=tag)
     w.wait_notes(list(range(world)), "status_cases:one_rank_computes")
 
     def settled(ranks: list[dict[str, Any]]) -> bool:
-        return all(r["waits_for"] == [busy] for r in ranks if r["rank"] != busy)
+        return all(_waits(r) == [busy] for r in ranks if r["rank"] != busy)
 
     ranks = _ask_until(w, settled)
     try:
@@ -96,11 +106,11 @@ def test_the_others_wait_for_a_rank_that_computes(worlds: Callable[[int], World]
         for r in ranks:
             if r["rank"] == busy:
                 assert _current(r) is None, r
-                assert r["waits_for"] == [], r
+                assert _waits(r) == [], r
             else:
                 cur = _current(r)
                 assert cur["op"] == "all_reduce" and cur["state"] == "started", r
-                assert r["waits_for"] == [busy], r
+                assert _waits(r) == [busy], r
         words = "\n".join(status.verdict(ranks))
         assert f"rank {busy} is in no operation" in words, words
         assert f"for {busy}:" in words, words
@@ -111,22 +121,29 @@ def test_the_others_wait_for_a_rank_that_computes(worlds: Callable[[int], World]
 
 
 @pytest.mark.parametrize("world", [3, 4])
-def test_a_rank_waits_in_another_group(worlds: Callable[[int], World], world: int) -> None:
-    w = worlds(world)
+def test_a_rank_waits_in_another_group(short_world: Callable[..., World], world: int) -> None:
+    w = short_world(world)
     last, tag = world - 1, uuid.uuid4().hex
     w.submit("status_cases:one_rank_in_another_group", tag=tag)
     w.wait_notes(list(range(world)), "status_cases:one_rank_in_another_group")
 
+    def pair(rank: dict[str, Any]) -> Any:
+        return next((g for g in rank["groups"] if g["ranks"] == [0, last] and g["current"]),
+                    None)
+
     def settled(ranks: list[dict[str, Any]]) -> bool:
-        return (all(r["waits_for"] == [last] for r in ranks if r["rank"] != last)
-                and ranks[last]["waits_for"] == [0])
+        in_pair = pair(ranks[last])
+        return (all(_waits(r) == [last] for r in ranks if r["rank"] != last)
+                and in_pair is not None and in_pair["waits_for"] == [0])
 
     ranks = _ask_until(w, settled)
     try:
         for r in ranks:
-            assert r["waits_for"] == ([0] if r["rank"] == last else [last]), r
-        pair = [g for g in ranks[last]["groups"] if g["ranks"] == [0, last]]
-        assert pair and pair[0]["current"]["op"] == "all_reduce", ranks[last]
+            if r["rank"] != last:
+                assert _waits(r) == [last], r
+        in_pair = pair(ranks[last])
+        assert in_pair and in_pair["current"]["op"] == "all_reduce", ranks[last]
+        assert in_pair["waits_for"] == [0], ranks[last]
         words = "\n".join(status.verdict(ranks))
         assert f"rank {last} is in all_reduce" in words, words
         assert "rank 0 is in all_reduce" in words and "default_pg" in words, words
@@ -146,11 +163,26 @@ def test_a_killed_rank_shows_as_dead(short_world: Callable[..., World], world: i
     assert f"no answer from rank(s) {victim}" in "\n".join(status.verdict(ranks))
 
 
-def test_the_command_line_prints_a_row_per_rank(worlds: Callable[[int], World]) -> None:
-    text = _ask(worlds(2))
+def test_the_command_line_prints_a_row_per_rank(short_world: Callable[..., World]) -> None:
+    text = _ask(short_world(2))
     rows = [line.split()[0] for line in text.splitlines()[1:] if line[:1].isdigit()]
     assert rows == ["0", "1"], text
     assert "no rank waits for another" in text, text
+
+
+@pytest.mark.skipif(bool(HOSTS_SPEC), reason="the command runs on this host, where the test "
+                    "hosts' addresses do not exist")
+def test_watch_asks_again_and_again(short_world: Callable[..., World]) -> None:
+    w = short_world(2)
+    cmd = [sys.executable, "-m", "rustdist.status", _address(w), "--json", "--watch", "0.1"]
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) as watching:
+        try:
+            assert watching.stdout is not None
+            for _ in range(3):  # one JSON line per round
+                ranks = json.loads(watching.stdout.readline())
+                assert [r["rank"] for r in ranks] == [0, 1] and all(r["alive"] for r in ranks)
+        finally:
+            watching.kill()
 
 
 @pytest.mark.parametrize("world", [1, 2, 3])

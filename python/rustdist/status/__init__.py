@@ -95,8 +95,9 @@ def _op(o: Optional[dict[str, Any]]) -> str:
 def query(address: str, timeout: float = 1.0) -> list[dict[str, Any]]:
     """One object per rank of the job whose store is at ``address`` ("host:port"): ``rank``,
     ``alive``, ``host``, ``pid``, ``groups`` (each with ``name``, ``desc``, ``ranks`` (global),
-    ``current`` and ``last_completed``: ``op``, ``seq``, ``p2p``, ``state``, ``age_ms``) and
-    ``waits_for``: the global ranks it waits for in a collective."""
+    ``current`` and ``last_completed`` (``op``, ``seq``, ``p2p``, ``state``, ``age_ms``),
+    ``stats`` and ``waits_for``, the members it waits for there) and ``waits_for``: the
+    global ranks it waits for in any group's collective."""
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
         raise ValueError(f"expected HOST:PORT (the job's store), got {address!r}")
@@ -115,8 +116,9 @@ def query(address: str, timeout: float = 1.0) -> list[dict[str, Any]]:
 
 
 def _judge(ranks: list[dict[str, Any]]) -> None:
-    """Sets each rank's ``waits_for``: in every group where it is in collective #s, the
-    members that are not in #s yet (in another operation, in none, or dead)."""
+    """Sets each group's and rank's ``waits_for``: in every group where the rank is in
+    collective #s, the members that are not in #s yet (in another operation, in none, or
+    dead)."""
     by_rank = {r["rank"]: r for r in ranks}
 
     def in_group(rank: int, name: str) -> Optional[dict[str, Any]]:
@@ -126,6 +128,7 @@ def _judge(ranks: list[dict[str, Any]]) -> None:
         waits: set[int] = set()
         for g in r["groups"]:
             cur = g["current"]
+            g["waits_for"] = []
             if not cur or cur["p2p"]:
                 continue
             for m in g["ranks"]:
@@ -137,7 +140,8 @@ def _judge(ranks: list[dict[str, Any]]) -> None:
                 arrived = (there and not there["p2p"] and there["seq"] >= cur["seq"]) or (
                     not done.get("p2p") and done.get("seq", 0) >= cur["seq"])
                 if not by_rank[m]["alive"] or not arrived:
-                    waits.add(m)
+                    g["waits_for"].append(m)
+            waits.update(g["waits_for"])
         r["waits_for"] = sorted(waits)
 
 
@@ -160,19 +164,24 @@ def _label(g: dict[str, Any]) -> str:
 
 
 def verdict(ranks: list[dict[str, Any]]) -> list[str]:
-    """The verdict in words: who waits for whom, and what those are doing instead."""
-    waited: dict[tuple[int, ...], list[int]] = {}
+    """The verdict in words: per group and collective, who waits for whom, and what those are
+    doing instead."""
+    waits: dict[tuple[str, str, int, tuple[int, ...]], list[int]] = {}
     for r in ranks:
-        if r["waits_for"]:
-            waited.setdefault(tuple(r["waits_for"]), []).append(r["rank"])
+        for g in r["groups"]:
+            if g.get("waits_for"):
+                cur = g["current"]
+                key = (_label(g), cur["op"], cur["seq"], tuple(g["waits_for"]))
+                waits.setdefault(key, []).append(r["rank"])
     lines = []
-    for missing, waiting in waited.items():
-        w = ", ".join(map(str, waiting))
-        lines.append(f"rank{'s' if len(waiting) > 1 else ''} {w} wait{'' if len(waiting) > 1 else 's'}"
-                     f" for {', '.join(map(str, missing))}:")
+    for (label, op, seq, missing), waiting in waits.items():
+        who = f"rank {waiting[0]} waits" if len(waiting) == 1 else \
+            f"ranks {', '.join(map(str, waiting))} wait"
+        lines.append(f"{who} in {op} #{seq} of group '{label}' for "
+                     f"{', '.join(map(str, missing))}:")
         lines.extend(f"  rank {m} is {_doing(ranks[m])}" for m in missing)
     dead = [r["rank"] for r in ranks if not r["alive"]]
-    if dead and not waited:
+    if dead and not waits:
         lines.append(f"no answer from rank(s) {', '.join(map(str, dead))}: dead, or their "
                      "heartbeats are off")
     if not lines:

@@ -85,6 +85,8 @@ pub(crate) struct Entry {
     started_ns: Option<u64>,
     completed_ns: Option<u64>,
     state: State,
+    /// It failed (it keeps the state it failed in, as torch's dumps do).
+    failed: bool,
     timeout_ms: u64,
     frames: Option<Arc<Vec<Frame>>>,
     thread: Arc<(String, u64)>,
@@ -130,6 +132,8 @@ pub struct Recorder {
     /// Left out of dumps and of what the process is doing: a group only rustdist uses inside
     /// (the staging group of a CUDA group, whose steps its CUDA group records).
     hidden: std::sync::atomic::AtomicBool,
+    /// The group has ended (destroyed, shrunk, aborted): kept for dumps, not a live group.
+    ended: std::sync::atomic::AtomicBool,
 }
 
 /// What a rank tells its peers of a group in its heartbeats (see [`status`]).
@@ -226,6 +230,7 @@ fn coarse_now_ns() -> u64 {
 /// Keeps the recorder of a group that ended for later dumps (the last [`RETIRED_KEPT`] ones
 /// that recorded anything).
 pub fn retire(recorder: &Arc<Recorder>) {
+    recorder.ended.store(true, Ordering::Relaxed);
     if recorder.hidden.load(Ordering::Relaxed) || lock(&recorder.ring).recorded == 0 {
         return;
     }
@@ -270,6 +275,7 @@ impl Recorder {
             op_id: AtomicU64::new(0),
             entered: AtomicU64::new(0),
             hidden: std::sync::atomic::AtomicBool::new(false),
+            ended: std::sync::atomic::AtomicBool::new(false),
         });
         lock(&RECORDERS).push(Arc::downgrade(&recorder));
         recorder
@@ -340,6 +346,7 @@ impl Recorder {
             } else {
                 State::Scheduled
             },
+            failed: false,
             timeout_ms: timeout.as_millis().min(u64::MAX as u128) as u64,
             frames,
             thread: THREAD.with(Arc::clone),
@@ -408,12 +415,16 @@ impl Recorder {
         let now = coarse_now_ns();
         let mut ring = lock(&self.ring);
         ring.counts.ran(waited);
-        if let (true, Some(index)) = (succeeded, t.and_then(|t| t.index)) {
+        if let Some(index) = t.and_then(|t| t.index) {
             let cap = ring.slots.len() as u64;
             if ring.recorded - index <= cap {
                 if let Some(e) = ring.slots[(index % cap) as usize].as_mut() {
-                    e.state = State::Completed;
-                    e.completed_ns = Some(now);
+                    if succeeded {
+                        e.state = State::Completed;
+                        e.completed_ns = Some(now);
+                    } else {
+                        e.failed = true;
+                    }
                 }
             }
         }

@@ -2,6 +2,8 @@
 //! (`transport/heartbeat/query.rs`): each live group's operation in progress (the oldest one
 //! issued since its last completed one) and its last completed one, from the flight recorder.
 
+use std::sync::atomic::Ordering;
+
 use serde::Serialize;
 
 use super::{coarse_now_ns, global_rank, recorders, Entry, GroupStats, State};
@@ -52,21 +54,24 @@ fn op_state(e: &Entry, since_ns: u64, now: u64) -> OpState {
     }
 }
 
-/// Every live group's state now (hidden ones left out).
+/// Every live group's state now (hidden ones and those that ended left out). A failed
+/// operation is no group's current one.
 pub fn snapshot() -> ProcessState {
     let now = coarse_now_ns();
     let groups = recorders()
         .into_iter()
+        .filter(|r| !r.ended.load(Ordering::Relaxed))
         .map(|r| {
             let info = r.info();
             let entries = r.entries();
             let done = entries.iter().rposition(|e| e.state == State::Completed);
             let pending = done.map_or(0, |i| i + 1);
+            let current = entries[pending..].iter().find(|e| !e.failed);
             GroupState {
                 name: info.name,
                 desc: info.desc,
                 ranks: info.ranks,
-                current: entries.get(pending).map(|e| op_state(e, e.created_ns, now)),
+                current: current.map(|e| op_state(e, e.created_ns, now)),
                 last_completed: done.map(|i| {
                     let e = &entries[i];
                     op_state(e, e.completed_ns.unwrap_or(e.created_ns), now)
