@@ -184,6 +184,28 @@ def test_cuda_operations_are_recorded_as_nccl_ones(tmp_path: Any) -> None:
 
 
 @pytest.mark.timeout(120)
+def test_cuda_operations_are_profiler_events(pg: Any) -> None:
+    """A CUDA all_reduce, synchronous and asynchronous, is a ``rustdist:all_reduce`` event in
+    torch.profiler with its metadata (docs/observability.md)."""
+    from rustdist import _ops
+    from rustdist._reduce_op import ReduceOp
+
+    t = torch.ones(8, device="cuda")
+    with torch.profiler.profile(record_shapes=True) as prof:
+        _ops.all_reduce(pg, t, ReduceOp.SUM, False)
+        work = _ops.all_reduce(pg, t, ReduceOp.SUM, True)
+        work.wait()
+        torch.cuda.synchronize()
+        assert work.is_completed()
+    events = [e for e in prof.events() if e.name.startswith("rustdist:")]
+    spans = [e for e in events if e.name == "rustdist:all_reduce"]
+    assert len(spans) == 2, [e.name for e in events]
+    metas = [e.kwinputs for e in events if e.name == "rustdist:record_param_comms"]
+    assert len(metas) == 2 and all(m["In msg nelems"] == 8 and m["dtype"] == "Float"
+                                   for m in metas), metas
+
+
+@pytest.mark.timeout(120)
 def test_point_to_point_to_self(pg: Any) -> None:
     for tag in (0, 7):  # tag 0 through NCCL (a device copy), 7 through host memory
         src = torch.arange(10.0, device="cuda") + tag
