@@ -152,12 +152,23 @@ def close_session_hosts() -> None:
         _session_hosts.pop().close()
 
 
+#: Every port this process has handed out: on the test hosts a store listens in a host's
+#: namespace, where a check in this one cannot see it, and the shared worlds' stores listen
+#: all session ("Address already in use" when a later pick met one, seen in CI).
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
     """A port on 127.0.0.1 for a world's store (rustdist.bench.launch.free_port: below the
-    ephemeral range). Imported here, not at the top: a gloo run's ranks never import rustdist."""
+    ephemeral range), never one handed out before in this process. Imported here, not at the
+    top: a gloo run's ranks never import rustdist."""
     from rustdist.bench.launch import free_port as pick
 
-    return pick()
+    while True:
+        port = pick()
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
 
 
 def no_torch_prelude() -> str:
