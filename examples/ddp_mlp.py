@@ -2,8 +2,9 @@
 
     torchrun --nproc-per-node 2 examples/ddp_mlp.py [--trace DIR]
 
-``import rustdist`` registers the "rustdist" backend with torch.distributed; the rest is plain
-PyTorch. Every rank fits the same linear target on its own batches; DDP averages gradients.
+``import rustdist`` registers the "rustdist" backend with torch.distributed (torch 2.14+ finds
+it by name without the import: tests/test_entry_point.py runs this file without it); the rest
+is plain PyTorch. Every rank fits the same linear target on its own batches; DDP averages gradients.
 With ``--trace DIR`` the last steps run under torch.profiler and each rank writes a Chrome
 trace (``DIR/rank<r>.json``; open it in chrome://tracing or https://ui.perfetto.dev), where
 DDP's gradient buckets show as ``rustdist:all_reduce`` events with their metadata.

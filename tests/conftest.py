@@ -15,6 +15,10 @@ from typing import Any, Callable, Iterator
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# Every process the tests start watches for warnings whose origin is rustdist (warn_guard.py).
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [os.path.join(os.path.dirname(os.path.abspath(__file__)), "warn_site")]
+    + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
 
 from harness import BACKEND, HOSTS_SPEC, MODE, World, close_session_hosts  # noqa: E402
 

@@ -33,6 +33,7 @@ import multiprocessing.connection
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 import traceback
@@ -239,6 +240,14 @@ def find_case(name: str) -> Any:
     return getattr(importlib.import_module(module or "dist_cases"), f"case_{case}")
 
 
+def _raise_rustdist_warnings() -> None:
+    """Fails the case during which a warning whose origin is rustdist came (warn_guard)."""
+    guard = sys.modules.get("warn_guard")
+    found = guard.take() if guard is not None else []
+    if found:
+        raise AssertionError("warnings whose origin is rustdist:\n  " + "\n  ".join(found))
+
+
 def _worker_main(conn: Any, rank: int, world: int, port: int, log_path: str, init: bool,
                  pg_timeout: float, host: Optional[Any] = None,
                  master_addr: str = "127.0.0.1") -> None:
@@ -267,6 +276,7 @@ def _worker_main(conn: Any, rank: int, world: int, port: int, log_path: str, ini
 
         if init:
             init_env(dist, rank, world, pg_timeout)
+        _raise_rustdist_warnings()
         conn.send(("ok", None))
     except BaseException:  # noqa: BLE001 - everything goes back to the driver
         conn.send(("error", traceback.format_exc()))
@@ -282,6 +292,7 @@ def _worker_main(conn: Any, rank: int, world: int, port: int, log_path: str, ini
         try:
             fn = find_case(name)
             result = fn(dist, rank, world, **params)
+            _raise_rustdist_warnings()
             conn.send(("ok", result))
         except BaseException:  # noqa: BLE001 - everything goes back to the driver
             conn.send(("error", traceback.format_exc()))

@@ -29,6 +29,7 @@ SUITE_TIMEOUT = 240.0
 sys.path.insert(0, str(TESTS))
 import backend_cases  # noqa: E402
 from harness import free_port, reaped, run_reaped  # noqa: E402
+import warn_guard  # noqa: E402
 
 Results = dict[int, dict[str, str]]
 
@@ -59,6 +60,11 @@ def _launch(suite: str, backend: str, world: int, out: Path) -> Results:
                 p.kill()
                 p.wait()
             log.close()
+    warned = [r for r, (p, _) in enumerate(procs) if p.returncode == warn_guard.EXIT_CODE]
+    if warned:
+        pytest.fail(f"suite {suite!r} ({backend}, world {world}): ranks {warned} saw warnings "
+                    f"whose origin is rustdist:\n{_tail(out / f'log{warned[0]}.txt')}",
+                    pytrace=False)
     results: Results = {}
     for rank in range(world):
         path = out / f"rank{rank}.json"

@@ -77,12 +77,16 @@ else:
         pass); SUM without options."""
         return _td.ReduceOp.SUM if opts is None else getattr(opts, "reduceOp", opts)
 
+    #: Whether torch reads a synchronous call's None as "the backend has synchronised".
+    _NONE_IS_SYNCED = _private.sync_call_takes_no_work()
+
     def _async(opts: Any) -> bool:
         """Whether the caller may overlap the operation: torch's Python API says so in
         ``asyncOp``. False: it would wait at once, so the operation runs right away on the
         calling thread and the method returns None, which torch reads as "the backend has
-        synchronised"; C++ callers (DDP, functional collectives) leave the default, True."""
-        return getattr(opts, "asyncOp", True)
+        synchronised" (where it does: not torch 2.6, which always waits on a Work); C++
+        callers (DDP, functional collectives) leave the default, True."""
+        return getattr(opts, "asyncOp", True) or not _NONE_IS_SYNCED
 
     def _handed(work: Work, outputs: list[Tensor]) -> Work:
         """``work`` as torch gets it: ``outputs`` are what its ``result()`` and future hold,
@@ -363,7 +367,8 @@ else:
         same parameters that pass them on to a fast builtin (``_core.fast_function``): a
         Python function, so that pybind11 takes it for an override when torch's C++ calls
         the group. Their aliases (``all_gather_single``, ...) are whatever names the class
-        binds to the same function."""
+        binds to the same function. The builtin returns no Work from a synchronous call, so
+        they are installed only where torch reads that as "synchronised" (not torch 2.6)."""
         for name in ("allreduce", "broadcast", "_allgather_base", "_reduce_scatter_base",
                      "barrier"):
             python = ProcessGroup.__dict__[name]
@@ -378,7 +383,8 @@ else:
     # records (``torch.autograd.profiler._is_profiler_enabled``).
     _core.fast_init(torch.Tensor, dict(REAL_TORCH_CODES), ReduceOp.SUM, ReduceOp, _world,
                     ProcessGroup, _debug, _debug.log_failure, torch.autograd.profiler)
-    _install_fast_methods()
+    if _NONE_IS_SYNCED:
+        _install_fast_methods()
 
     def _all_gather_into_tensor_out(input: Tensor, group_size: int,  # noqa: A002
                                     group_name: str, *, out: Tensor) -> Tensor:

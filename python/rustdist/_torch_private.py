@@ -1,11 +1,12 @@
 """Every private torch API rustdist uses, in one place: names move between torch releases.
 
-Checked on torch 2.6.0 (the oldest supported) and 2.13.0 (the newest). Everything else in
+Checked on torch 2.6.0 (the oldest supported), 2.13.0 (CI's pin) and 2.15.0 (the newest). Everything else in
 rustdist uses torch's public API only. Imported only when torch is importable.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections import deque
 from typing import Any
 
@@ -24,6 +25,20 @@ _VERSION = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
 #: registers: once the Python object is gone, ``wait_tensor`` calls the base ``Work::wait``,
 #: which never returns. Only there are recent Works kept alive (bounded by bytes below).
 KEEPS_PYTHON_WORK = _VERSION >= (2, 13)
+
+
+
+def sync_call_takes_no_work() -> bool:
+    """Whether torch's synchronous collectives take a backend's None as "synchronised"
+    (``elif work is not None: work.wait()``, in every one of them at once): torch 2.13 and
+    2.15 do, 2.6 calls ``wait()`` on whatever it gets. Read from torch's source, as the
+    release that added it is not known."""
+    try:
+        return all("work is not None" in inspect.getsource(getattr(_td.distributed_c10d, name))
+                   for name in ("all_reduce", "broadcast", "barrier"))
+    except (OSError, TypeError):  # no source to read: assume the old behaviour
+        return False
+
 
 #: Output bytes of the recent Works kept alive on torch < 2.13.
 _KEPT_BYTES_LIMIT = 256 << 20

@@ -10,6 +10,7 @@ resolve string annotations.
 """
 
 import threading
+import warnings
 from datetime import timedelta
 from typing import Any, Callable, List, Optional, Union
 
@@ -105,20 +106,42 @@ if torch is not None:
             raise value
         return outputs
 
-    @torch.jit.script
     def _await_outputs(fut: torch.futures.Future[List[Tensor]],
                        outputs: List[Tensor]) -> List[Tensor]:
         torch.jit.wait(fut)
         return _outputs_or_raise(fut, outputs)
 
-    @torch.jit.script
-    def _typed_future(fut: torch.futures.Future[List[Tensor]],
-                      outputs: List[Tensor]) -> torch.futures.Future[List[Tensor]]:
+    def _fork_typed(fut: torch.futures.Future[List[Tensor]],
+                    outputs: List[Tensor]) -> torch.futures.Future[List[Tensor]]:
         # A future made in Python holds a Python object, but DDP's C++ comm hooks
         # (fp16/bf16 compress) assert `result.isTensorList()`. A TorchScript fork returns a
         # future typed List[Tensor]; its task suspends in wait() (no thread held) and the
         # ignored Python call hands over the value, or the error, on completion.
         return torch.jit.fork(_await_outputs, fut, outputs)
+
+
+_typed_fork: Any = None
+_typed_fork_lock = threading.Lock()
+
+
+def _typed_future(fut: Any, outputs: list) -> Any:
+    """``fut`` as a future typed ``List[Tensor]`` for torch's C++, or ``fut`` itself where
+    TorchScript cannot compile (Python 3.14+, a torch without it).
+
+    Compiled once, at the first use, with torch's deprecation warning of ``torch.jit.script``
+    silenced: it is about users writing TorchScript, while typed futures have no other maker
+    in torch yet; a library should not make every rank of a user's job warn about it."""
+    global _typed_fork
+    with _typed_fork_lock:
+        if _typed_fork is None:
+            with warnings.catch_warnings():
+                # A DeprecationWarning up to torch 2.13, a FutureWarning from 2.14.
+                warnings.filterwarnings("ignore", message=r".*torch\.jit\.script")
+                try:
+                    _typed_fork = torch.jit.script(_fork_typed)
+                except Exception:  # noqa: BLE001 - any compile failure: Python futures
+                    _typed_fork = False
+    return _typed_fork(fut, outputs) if _typed_fork else fut
 
 
 class Work(_WorkBase):  # type: ignore[misc, valid-type]

@@ -113,14 +113,15 @@ impl NcclUniqueId {
     }
 
     pub fn to_bytes(&self) -> [u8; NCCL_UNIQUE_ID_BYTES] {
-        self.internal.map(|c| c as u8)
+        // Not `as`: c_char is i8 on x86_64 but u8 on aarch64, where clippy rejects the no-op cast.
+        self.internal.map(|c| c.to_ne_bytes()[0])
     }
 
     /// `None` unless `bytes` is exactly [`NCCL_UNIQUE_ID_BYTES`] long.
     pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
         let arr: [u8; NCCL_UNIQUE_ID_BYTES] = bytes.try_into().ok()?;
         Some(NcclUniqueId {
-            internal: arr.map(|b| b as c_char),
+            internal: arr.map(|b| c_char::from_ne_bytes([b])),
         })
     }
 }

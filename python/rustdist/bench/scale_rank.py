@@ -57,6 +57,12 @@ class Out:
         self._f.write(json.dumps({"event": event, "rank": self.rank, **fields}) + "\n")
         self._f.flush()
 
+    def __enter__(self) -> "Out":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._f.close()
+
 
 class Side:
     """The calls a rank makes on its side (rustdist on numpy arrays, or torch's gloo on torch
@@ -247,8 +253,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     die_with_parent(int(parent) if parent else None)
     with open(os.path.join(run_dir, CONFIG_FILE), encoding="utf-8") as f:
         cfg = json.load(f)
-    out = Out(run_dir, rank)
-    run(run_dir, cfg, rank, out)
+    with Out(run_dir, rank) as out:
+        run(run_dir, cfg, rank, out)
 
 
 if __name__ == "__main__":

@@ -173,8 +173,10 @@ thread_local! {
     static NEXT_FRAMES: RefCell<Option<Arc<Vec<Frame>>>> = const { RefCell::new(None) };
     static THREAD: Arc<(String, u64)> = Arc::new((
         std::thread::current().name().unwrap_or("unnamed").to_string(),
-        // SAFETY: gettid has no preconditions.
-        unsafe { libc::gettid() } as u64,
+        // The system call, not glibc's gettid(): that wrapper came in glibc 2.30, and the
+        // manylinux2014 wheels must load on 2.17.
+        // SAFETY: SYS_gettid takes no arguments and cannot fail.
+        unsafe { libc::syscall(libc::SYS_gettid) } as u64,
     ));
 }
 

@@ -10,7 +10,7 @@
 
 use std::ffi::CString;
 use std::io::{self, IoSlice};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
@@ -441,6 +441,9 @@ impl ShmHost {
     pub fn sleep(&self, timeout: Duration, ready: impl FnOnce() -> bool) {
         let bell = self.own_bell();
         bell.sleepers.fetch_add(1, Ordering::SeqCst);
+        // `ready` reads the rings and flags with Acquire, not SeqCst: without this fence the
+        // memory model lets those reads miss a store whose writer then read `sleepers` as 0.
+        fence(Ordering::SeqCst);
         let seen = bell.seq.load(Ordering::SeqCst);
         if !ready() {
             let ts = libc::timespec {

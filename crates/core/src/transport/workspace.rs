@@ -316,9 +316,11 @@ impl Workspace {
                 inline.len(),
             )
         };
-        // SeqCst: a waiter that announced it sleeps either sees this store or is woken.
+        // SeqCst, both: a waiter that announced it sleeps either sees these stores or is woken
+        // (`ShmHost::wake` reads `sleepers` next). A Release store may still sit in the store
+        // buffer (x86) when `sleepers` is read, and `prepare` waits on PROGRESS alone.
         self.word(me, at).store(step, Ordering::SeqCst);
-        self.word(me, PROGRESS).store(step, Ordering::Release);
+        self.word(me, PROGRESS).store(step, Ordering::SeqCst);
         self.known[me] = step;
         step
     }
