@@ -7,6 +7,10 @@ It runs as ``python -m rustdist._delayline CONFIG`` (started and stopped by
 delay_seconds]``, one per host. It attaches to every TUN device, prints ``ready`` and forwards
 until killed (or its parent dies). A rate limit stays the kernel's job: ``tbf`` on the TUN
 device shapes what the host sends before it reaches this line.
+
+SIGUSR1 makes it alter the next TCP segment it forwards that carries at least
+``ALTER_MIN_PAYLOAD`` bytes: one bit of the payload flipped, the checksum fixed, as a host on
+the path would (what TLS must catch).
 """
 
 from __future__ import annotations
@@ -32,6 +36,30 @@ PR_SET_PDEATHSIG = 1
 TUN_DEVICE = "/dev/net/tun"
 #: Larger than any MTU a TUN device takes.
 MAX_PACKET = 1 << 16
+#: A segment this large is data, not a handshake or an acknowledgement.
+ALTER_MIN_PAYLOAD = 1000
+
+
+def alter(packet: bytes) -> bytes | None:
+    """`packet` with one bit flipped in the middle of its TCP payload and the TCP checksum
+    updated to match (RFC 1624); None when it is no TCP segment with a payload that large."""
+    ihl = (packet[0] & 0x0F) * 4
+    if packet[9] != socket.IPPROTO_TCP or len(packet) < ihl + 20:
+        return None
+    start = ihl + (packet[ihl + 12] >> 4) * 4
+    if len(packet) - start < ALTER_MIN_PAYLOAD:
+        return None
+    out = bytearray(packet)
+    at = start + (len(packet) - start) // 2
+    word = at - (at - ihl) % 2  # the checksum sums 16-bit words from the TCP header on
+    old = int.from_bytes(out[word:word + 2], "big")
+    out[at] ^= 0x10
+    new = int.from_bytes(out[word:word + 2], "big")
+    total = (~int.from_bytes(out[ihl + 16:ihl + 18], "big") & 0xFFFF) + (~old & 0xFFFF) + new
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    out[ihl + 16:ihl + 18] = (~total & 0xFFFF).to_bytes(2, "big")
+    return bytes(out)
 
 
 def attach(netns_path: str, ifname: str) -> int:
@@ -65,6 +93,8 @@ def forward(fds: Sequence[int], addrs: Sequence[str], delays: Sequence[float]) -
     destination address, ``delays[i]`` seconds later. Packets to other addresses (and
     non-IPv4 ones) are dropped, as a switch with no such port would."""
     to = {socket.inet_aton(a): fd for a, fd in zip(addrs, fds)}
+    armed = [False]
+    signal.signal(signal.SIGUSR1, lambda *_: armed.__setitem__(0, True))
     source = {fd: i for i, fd in enumerate(fds)}
     # A sender's delay is constant, so its packets fall due in the order they came.
     queues: list[Deque[tuple[float, int, bytes]]] = [collections.deque() for _ in fds]
@@ -82,6 +112,9 @@ def forward(fds: Sequence[int], addrs: Sequence[str], delays: Sequence[float]) -
                 except BlockingIOError:
                     break
                 out = to.get(packet[16:20]) if packet[:1] and packet[0] >> 4 == 4 else None
+                altered = alter(packet) if armed[0] and out is not None else None
+                if altered is not None:
+                    packet, armed[0] = altered, False
                 if out is not None:
                     queues[i].append((now + delays[i], out, packet))
         now = time.monotonic()

@@ -39,6 +39,7 @@ import re
 import secrets
 import select
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -325,6 +326,14 @@ class Hosts:
             for stream in (line.stdout, line.stderr):
                 if stream is not None:
                     stream.close()
+
+    def alter_next_segment(self, nic: int = 0) -> None:
+        """Has the delay line of NIC ``nic`` (running since a delay was set there) flip one bit
+        of the next TCP segment with data it forwards, as a host on the path could."""
+        line = self._lines.get(nic)
+        if line is None:
+            raise NetnsError(f"eth{nic} is on no delay line: shape it with a delay first")
+        line.send_signal(signal.SIGUSR1)
 
     def command(self, i: int, argv: Sequence[str]) -> list[str]:
         """``argv`` as a command line that runs on host ``i`` (its network namespace, and a

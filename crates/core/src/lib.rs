@@ -20,6 +20,7 @@ pub mod tensor;
 #[cfg(test)]
 mod testutil;
 pub mod timeout;
+pub mod tls;
 pub mod transport;
 pub mod types;
 pub mod work;

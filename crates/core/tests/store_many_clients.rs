@@ -53,7 +53,7 @@ fn store_serves_10000_clients_on_one_thread() {
         n >= 1000,
         "the open-file limit ({soft}) is too low for this test"
     );
-    let server = TcpServer::start(server::listen("127.0.0.1", 0).unwrap(), None).unwrap();
+    let server = TcpServer::start(server::listen("127.0.0.1", 0).unwrap(), None, None).unwrap();
     assert!(server.max_clients() > n, "{}", server.max_clients());
     let before = threads();
     let started = Instant::now();

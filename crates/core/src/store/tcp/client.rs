@@ -1,20 +1,56 @@
 //! The TCP store client: one connection, one request at a time. Every exchange has a deadline
 //! that bounds each socket read and write, so a frozen or vanished server cannot hang a call.
-//! With an auth key, every new connection authenticates both ways before its first request.
+//! With TLS every new connection shakes hands first; with an auth key it then authenticates
+//! both ways (bound to the TLS session) before its first request.
 
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use rustls::{ClientConfig, ClientConnection};
+
 use super::protocol::{read_frame, Request, Response, MAX_AUTH_FRAME, MAX_FRAME};
-use super::shared::{CLIENT_LABEL, LIMIT_REFUSAL, SERVER_LABEL};
+use super::shared::{CLIENT_LABEL, EXPORTER_LABEL, LIMIT_REFUSAL, SERVER_LABEL};
 use crate::auth::{self, AuthKey};
 use crate::error::{Error, Result};
 use crate::interrupt;
 use crate::netio::{timed_out, DeadlineIo};
 use crate::store::{deadline_after, wait_timeout_error};
+use crate::tls::{self, Tls};
+
+/// One connection to the server: its socket, and the TLS session on it when TLS is on.
+struct Conn {
+    sock: TcpStream,
+    tls: Option<ClientConnection>,
+}
+
+impl Conn {
+    /// Sends `req` and reads one answer frame of at most `max` bytes, within `deadline`
+    /// (`interrupted` tells a Ctrl-C from a failure).
+    fn exchange(
+        &mut self,
+        req: &Request,
+        max: usize,
+        deadline: Instant,
+        interrupted: &mut bool,
+    ) -> io::Result<Vec<u8>> {
+        let mut io = DeadlineIo::new(&mut self.sock, deadline);
+        let answer = match &mut self.tls {
+            Some(tls) => roundtrip(&mut rustls::Stream::new(tls, &mut io), req, max),
+            None => roundtrip(&mut io, req, max),
+        };
+        *interrupted = io.interrupted;
+        answer
+    }
+}
+
+fn roundtrip(rw: &mut (impl Read + Write), req: &Request, max: usize) -> io::Result<Vec<u8>> {
+    rw.write_all(&req.encode())?;
+    rw.flush()?;
+    read_frame(rw, max)?.ok_or_else(|| io::ErrorKind::UnexpectedEof.into())
+}
 
 /// How much longer than its wait a blocking request may take before the client gives up on
 /// the server's answer (the server answers "timeout" at the wait's end).
@@ -38,28 +74,40 @@ pub struct Client {
     port: u16,
     /// Connections between calls. A failed exchange drops its connection (it may be
     /// mid-frame); the next call opens a new one.
-    idle: Mutex<Vec<TcpStream>>,
+    idle: Mutex<Vec<Conn>>,
     timeout: Mutex<Duration>,
     key: Option<AuthKey>,
+    tls: Option<Arc<ClientConfig>>,
 }
 
 impl Client {
     /// Connects (retrying until `timeout`, since the server may start later) and announces
-    /// itself to the server. A failed authentication fails at once (`Error::Network`).
-    pub fn connect(host: &str, port: u16, timeout: Duration, key: Option<AuthKey>) -> Result<Self> {
+    /// itself to the server, over TLS with `tls`. A failed TLS handshake or authentication
+    /// fails at once (`Error::Network`).
+    pub fn connect(
+        host: &str,
+        port: u16,
+        timeout: Duration,
+        key: Option<AuthKey>,
+        tls: Option<&Tls>,
+    ) -> Result<Self> {
+        // The server's chain is checked against the CA; with pinned keys any certificate
+        // does, the key's proofs being bound to the session.
+        let tls = tls.map(|t| t.client_config(None)).transpose()?;
         let client = Client {
             host: host.to_owned(),
             port,
             idle: Mutex::new(Vec::new()),
             timeout: Mutex::new(timeout),
             key,
+            tls,
         };
         let deadline = deadline_after(timeout);
         loop {
             // The server reached may be one that is shutting down (a process group being
             // re-created on the same port): until the deadline, try again.
-            let hello = client.dial(deadline).and_then(|stream| {
-                lock(&client.idle).push(stream);
+            let hello = client.dial(deadline).and_then(|conn| {
+                lock(&client.idle).push(conn);
                 checked(client.call(&Request::Hello, None)?)
             });
             match hello {
@@ -84,26 +132,50 @@ impl Client {
         *lock(&self.timeout) = timeout;
     }
 
-    /// Opens an authenticated connection (see [`Client::open`]).
-    fn dial(&self, deadline: Instant) -> Result<TcpStream> {
-        let mut stream = self.open(deadline)?;
-        if let Some(key) = &self.key {
-            self.authenticate(key, &mut stream, deadline)?;
+    /// Opens a connection (see [`Client::open`]), shakes hands and authenticates.
+    fn dial(&self, deadline: Instant) -> Result<Conn> {
+        let mut conn = Conn {
+            sock: self.open(deadline)?,
+            tls: None,
+        };
+        if let Some(config) = &self.tls {
+            let name = rustls::pki_types::ServerName::try_from("rustdist")
+                .map_err(|e| Error::invalid(e.to_string()))?;
+            let mut tls = ClientConnection::new(config.clone(), name)
+                .map_err(|e| self.tls_failed(&e.to_string()))?;
+            let mut io = DeadlineIo::new(&mut conn.sock, deadline);
+            while tls.is_handshaking() {
+                if let Err(e) = tls.complete_io(&mut io) {
+                    if io.interrupted {
+                        return Err(Error::Interrupted);
+                    }
+                    return Err(self.tls_failed(&tls::describe_io(&e)));
+                }
+            }
+            conn.tls = Some(tls);
         }
-        Ok(stream)
+        if let Some(key) = &self.key {
+            self.authenticate(key, &mut conn, deadline)?;
+        }
+        Ok(conn)
     }
 
     /// The client's side of the exchange in [`crate::auth`]: its nonce, the server's proof
-    /// checked, its own proof. Any failure is `Error::Network` saying "authentication failed".
-    fn authenticate(&self, key: &AuthKey, stream: &mut TcpStream, deadline: Instant) -> Result<()> {
+    /// checked, its own proof, both over the TLS session's exporter when there is one. Any
+    /// failure is `Error::Network` saying "authentication failed".
+    fn authenticate(&self, key: &AuthKey, conn: &mut Conn, deadline: Instant) -> Result<()> {
         let failed = |why: String| self.auth_failed(&why);
-        let mut io = DeadlineIo::new(stream, deadline);
+        let binding = match &conn.tls {
+            Some(tls) => tls
+                .export_keying_material([0u8; 32], EXPORTER_LABEL, None)
+                .map_err(|e| failed(e.to_string()))?
+                .to_vec(),
+            None => Vec::new(),
+        };
         let mut exchange = |req: Request| -> Result<Response> {
-            let frame = io
-                .write_all(&req.encode())
-                .and_then(|()| read_frame(&mut io, MAX_AUTH_FRAME))
-                .and_then(|f| f.ok_or_else(|| io::ErrorKind::UnexpectedEof.into()));
-            if io.interrupted {
+            let mut interrupted = false;
+            let frame = conn.exchange(&req, MAX_AUTH_FRAME, deadline, &mut interrupted);
+            if interrupted {
                 return Err(Error::Interrupted);
             }
             let frame =
@@ -124,8 +196,9 @@ impl Client {
             }
         };
         // Our proof goes out even when the server's fails, so that the server logs the refusal.
-        let server_ok = key.verify(SERVER_LABEL, &[&client_nonce, &nonce], &tag);
-        let proof = key.tag(CLIENT_LABEL, &[&client_nonce, &nonce]);
+        let parts: [&[u8]; 3] = [&client_nonce, &nonce, &binding];
+        let server_ok = key.verify(SERVER_LABEL, &parts, &tag);
+        let proof = key.tag(CLIENT_LABEL, &parts);
         let answer = exchange(Request::AuthProof { tag: proof });
         if !server_ok {
             return Err(failed(
@@ -137,6 +210,13 @@ impl Client {
             Response::AuthFailed(msg) => Err(failed(msg)),
             _ => Err(failed("unexpected answer".into())),
         }
+    }
+
+    fn tls_failed(&self, why: &str) -> Error {
+        Error::network(format!(
+            "TCPStore: the TLS handshake with the server at ({}, {}) failed: {why}",
+            self.host, self.port
+        ))
     }
 
     fn auth_failed(&self, why: &str) -> Error {
@@ -206,19 +286,16 @@ impl Client {
         };
         let deadline = deadline_after(budget);
         let idle = lock(&self.idle).pop();
-        let mut stream = match idle {
-            Some(s) => s,
+        let mut conn = match idle {
+            Some(c) => c,
             None => self
                 .dial(deadline)
                 .map_err(|e| Error::store(e.to_string()))?,
         };
-        let mut io = DeadlineIo::new(&mut stream, deadline);
-        let exchanged = io
-            .write_all(&req.encode())
-            .and_then(|()| read_frame(&mut io, MAX_FRAME))
-            .and_then(|frame| frame.ok_or_else(|| io::ErrorKind::UnexpectedEof.into()));
+        let mut interrupted = false;
+        let exchanged = conn.exchange(req, MAX_FRAME, deadline, &mut interrupted);
         // An interrupted exchange drops its connection: the answer may still come.
-        if io.interrupted {
+        if interrupted {
             return Err(Error::Interrupted);
         }
         let decoded = match exchanged.map(|frame| Response::decode(&frame)) {
@@ -242,7 +319,7 @@ impl Client {
         if decoded.is_ok() {
             let mut idle = lock(&self.idle);
             if idle.len() < MAX_IDLE {
-                idle.push(stream);
+                idle.push(conn);
             }
         }
         decoded

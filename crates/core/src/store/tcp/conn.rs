@@ -1,15 +1,76 @@
-//! One connection of the event-loop server: its non-blocking socket, the bytes received but
-//! not yet parsed, and the answers not yet written.
+//! One connection of the event-loop server: its non-blocking socket (with TLS on it when the
+//! server has TLS), the bytes received but not yet parsed, and the answers not yet written.
 
-use std::io::{self, Read, Write};
+use std::io::{self, IoSlice, Read, Write};
 use std::ops::Range;
 use std::time::Instant;
 
 use mio::net::TcpStream;
 
 use super::protocol::{MAX_AUTH_FRAME, MAX_FRAME};
-use super::shared::WRITE_TIMEOUT;
+use super::shared::{EXPORTER_LABEL, WRITE_TIMEOUT};
 use crate::auth::Nonce;
+use crate::tls::TlsStream;
+
+/// What a connection's bytes travel on.
+pub(crate) enum Wire {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl Wire {
+    pub fn socket(&self) -> &TcpStream {
+        match self {
+            Wire::Plain(s) => s,
+            Wire::Tls(t) => t.socket(),
+        }
+    }
+
+    pub fn socket_mut(&mut self) -> &mut TcpStream {
+        match self {
+            Wire::Plain(s) => s,
+            Wire::Tls(t) => t.socket_mut(),
+        }
+    }
+
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Wire::Plain(s) => s.read(buf),
+            Wire::Tls(t) => t.read(buf),
+        }
+    }
+
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Wire::Plain(s) => s.write(buf),
+            Wire::Tls(t) => t.write_vectored(&[IoSlice::new(buf)]),
+        }
+    }
+
+    /// Sends TLS records still waiting; true once none are.
+    fn flush(&mut self) -> io::Result<bool> {
+        match self {
+            Wire::Plain(_) => Ok(true),
+            Wire::Tls(t) => t.flush_out(),
+        }
+    }
+
+    fn pending(&self) -> bool {
+        matches!(self, Wire::Tls(t) if t.wants_write())
+    }
+
+    /// What the auth key's proofs are bound to: the TLS session's exporter (empty without
+    /// TLS).
+    pub fn binding(&self) -> io::Result<Vec<u8>> {
+        match self {
+            Wire::Plain(_) => Ok(Vec::new()),
+            Wire::Tls(t) => t
+                .exporter(EXPORTER_LABEL)
+                .map(|e| e.to_vec())
+                .map_err(|e| io::Error::other(e.to_string())),
+        }
+    }
+}
 
 /// Bytes read per step; a connection's read buffer exceeds its current frame by at most this.
 pub(crate) const CHUNK: usize = 64 << 10;
@@ -35,10 +96,15 @@ pub(crate) enum ReadOutcome {
     WouldBlock,
     /// The client hung up.
     Eof,
+    /// The server has TLS and the client's first bytes are no TLS handshake.
+    NotTls,
 }
 
+/// A TLS record's first bytes (a handshake, TLS 1.x): what a TLS client opens with.
+const TLS_HANDSHAKE: [u8; 2] = [0x16, 0x03];
+
 pub(crate) struct Conn {
-    pub stream: TcpStream,
+    pub wire: Wire,
     /// Tells this connection's timers from those of an earlier one in the same slot.
     pub serial: u64,
     pub phase: Phase,
@@ -57,9 +123,9 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    pub fn new(stream: TcpStream, serial: u64, phase: Phase, deadline: Option<Instant>) -> Self {
+    pub fn new(wire: Wire, serial: u64, phase: Phase, deadline: Option<Instant>) -> Self {
         Conn {
-            stream,
+            wire,
             serial,
             phase,
             rbuf: Vec::new(),
@@ -88,6 +154,14 @@ impl Conn {
     /// Whether some bytes of a frame have arrived and not been consumed.
     pub fn mid_frame(&self) -> bool {
         !self.rbuf.is_empty()
+    }
+
+    /// Whether a plain connection opens with a TLS handshake (a client with TLS on, this
+    /// server without): its bytes are no request.
+    pub fn speaks_tls(&self) -> bool {
+        matches!(self.wire, Wire::Plain(_))
+            && matches!(self.phase, Phase::AwaitInit | Phase::Serving)
+            && self.rbuf.starts_with(&TLS_HANDSHAKE)
     }
 
     /// The byte range of the next complete frame's body in the read buffer, `None` while it
@@ -123,10 +197,24 @@ impl Conn {
     }
 
     /// Reads up to one chunk into `scratch`, appending it to the read buffer (or discarding
-    /// it while refusing).
+    /// it while refusing). A TLS connection's first byte is looked at before TLS reads it.
     pub fn read_some(&mut self, scratch: &mut [u8]) -> io::Result<ReadOutcome> {
+        if let Wire::Tls(t) = &self.wire {
+            if !t.started() {
+                let mut first = [0u8; 1];
+                match t.socket().peek(&mut first) {
+                    Ok(0) => return Ok(ReadOutcome::Eof),
+                    Ok(_) if first[0] != TLS_HANDSHAKE[0] => return Ok(ReadOutcome::NotTls),
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        return Ok(ReadOutcome::WouldBlock)
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
         loop {
-            return match self.stream.read(scratch) {
+            return match self.wire.read(scratch) {
                 Ok(0) => Ok(ReadOutcome::Eof),
                 Ok(n) => {
                     if !matches!(self.phase, Phase::Refusing { .. }) {
@@ -141,10 +229,20 @@ impl Conn {
         }
     }
 
+    /// Answers a client that does not speak TLS to this TLS server in its own words (`frame`,
+    /// in the clear), having read what it sent, so that closing does not reset the answer
+    /// away; then ends the connection.
+    pub fn refuse_in_the_clear(&mut self, frame: &[u8], scratch: &mut [u8]) {
+        let mut sock = self.wire.socket();
+        while matches!(sock.read(scratch), Ok(n) if n > 0) {}
+        let _ = sock.write(frame);
+        let _ = sock.shutdown(std::net::Shutdown::Write);
+    }
+
     /// Whether the client hung up, without consuming what it sent (checked while a request
     /// of its is parked, when nothing else is read).
     pub fn hung_up(&self) -> bool {
-        match self.stream.peek(&mut [0u8; 1]) {
+        match self.wire.socket().peek(&mut [0u8; 1]) {
             Ok(0) => true,
             Ok(_) => false,
             Err(e) => !matches!(
@@ -165,7 +263,7 @@ impl Conn {
     pub fn flush(&mut self, now: Instant) -> io::Result<bool> {
         let mut progressed = false;
         while self.wpos < self.wbuf.len() {
-            match self.stream.write(&self.wbuf[self.wpos..]) {
+            match self.wire.write(&self.wbuf[self.wpos..]) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => {
                     self.wpos += n;
@@ -176,14 +274,17 @@ impl Conn {
                 Err(e) => return Err(e),
             }
         }
+        let sent = self.wire.flush()?;
         if self.wpos == self.wbuf.len() {
             self.wbuf.clear();
             self.wpos = 0;
             if self.wbuf.capacity() > CHUNK {
                 self.wbuf = Vec::new();
             }
-            self.write_deadline = None;
-            return Ok(false);
+            if sent {
+                self.write_deadline = None;
+                return Ok(false);
+            }
         }
         let armed = self.write_deadline.is_none();
         if armed || progressed {
@@ -193,7 +294,7 @@ impl Conn {
     }
 
     pub fn flushed(&self) -> bool {
-        self.wbuf.is_empty()
+        self.wbuf.is_empty() && !self.wire.pending()
     }
 
     /// The earliest time something must happen to this connection.

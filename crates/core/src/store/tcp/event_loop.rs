@@ -12,12 +12,13 @@ use mio::event::Event;
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token, Waker};
 
-use super::conn::{Conn, Phase, ReadOutcome, CHUNK};
+use super::conn::{Conn, Phase, ReadOutcome, Wire, CHUNK};
 use super::protocol::{Request, Response};
 use super::shared::{lock, Shared, AUTH_TIMEOUT, CLIENT_LABEL, SERVER_LABEL};
 use crate::auth::{self, AuthKey};
 use crate::store::deadline_after;
 use crate::store::hash::{MemKv, WaitError};
+use crate::tls::TlsStream;
 
 const LISTENER: Token = Token(0);
 const WAKER: Token = Token(1);
@@ -34,6 +35,11 @@ const MAX_POLL_WAIT: Duration = Duration::from_secs(1);
 const NO_AUTH_KEY: &str =
     "this TCPStore server requires RUSTDIST_AUTH_KEY, and the client did not authenticate";
 const WRONG_AUTH_KEY: &str = "the client's RUSTDIST_AUTH_KEY differs from the TCPStore server's";
+const TLS_REQUIRED: &str = "this TCPStore server requires TLS (RUSTDIST_TLS or RUSTDIST_TLS_CERT \
+                            is set there), and the client does not use it";
+/// A TLS alert record (fatal, handshake_failure): a TLS client's answer from a server without
+/// TLS, which it reports as such.
+const TLS_ALERT: [u8; 7] = [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x28];
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Timer {
@@ -69,6 +75,7 @@ pub(crate) struct EventLoop {
     poll: Poll,
     listener: mio::net::TcpListener,
     key: Option<AuthKey>,
+    tls: Option<Arc<rustls::ServerConfig>>,
     shared: Arc<Shared>,
     kv: MemKv,
     max_clients: usize,
@@ -103,6 +110,7 @@ impl EventLoop {
     pub fn new(
         listener: TcpListener,
         key: Option<AuthKey>,
+        tls: Option<Arc<rustls::ServerConfig>>,
         shared: Arc<Shared>,
         max_clients: usize,
         refusal: String,
@@ -116,6 +124,7 @@ impl EventLoop {
             poll,
             listener,
             key,
+            tls,
             shared,
             kv: MemKv::default(),
             max_clients,
@@ -229,6 +238,18 @@ impl EventLoop {
             self.free.push(slot);
             return;
         }
+        let wire = match &self.tls {
+            None => Wire::Plain(stream),
+            Some(config) => match TlsStream::server(stream, config.clone()) {
+                Ok(tls) => Wire::Tls(Box::new(tls)),
+                // Dropped: closing its fd takes it out of the poll.
+                Err(e) => {
+                    log::warn!("TCPStore server: cannot start TLS with a client: {e}");
+                    self.free.push(slot);
+                    return;
+                }
+            },
+        };
         let now = Instant::now();
         let (phase, deadline) = if self.served >= self.max_clients {
             self.refusing += 1;
@@ -256,7 +277,7 @@ impl EventLoop {
         if let Some(at) = deadline {
             self.arm(at, Timer::Conn { slot, serial });
         }
-        self.conns[slot] = Some(Conn::new(stream, serial, phase, deadline));
+        self.conns[slot] = Some(Conn::new(wire, serial, phase, deadline));
         self.shared.set_conns(self.open());
     }
 
@@ -264,7 +285,7 @@ impl EventLoop {
         let Some(mut conn) = self.conns.get_mut(slot).and_then(Option::take) else {
             return;
         };
-        let _ = self.poll.registry().deregister(&mut conn.stream);
+        let _ = self.poll.registry().deregister(conn.wire.socket_mut());
         if let Some(id) = conn.parked {
             self.unpark(id);
         }
@@ -379,6 +400,15 @@ impl EventLoop {
             if !conn.ready() {
                 return; // an answer is still being written: the writable event resumes it
             }
+            if conn.speaks_tls() {
+                conn.closing = true;
+                let sent = conn.send(&TLS_ALERT, Instant::now());
+                self.log_refusal(slot, "the client speaks TLS, this server has TLS off");
+                if sent.is_err() || self.conn(slot).is_some_and(|c| c.flushed()) {
+                    self.close(slot);
+                }
+                return;
+            }
             match conn.next_frame() {
                 Ok(Some(body)) => {
                     let end = body.end;
@@ -398,6 +428,12 @@ impl EventLoop {
             match conn.read_some(&mut self.scratch) {
                 Ok(ReadOutcome::Data) => {}
                 Ok(ReadOutcome::WouldBlock) => return,
+                Ok(ReadOutcome::NotTls) => {
+                    let refusal = Response::AuthFailed(TLS_REQUIRED.into()).encode();
+                    conn.refuse_in_the_clear(&refusal, &mut self.scratch);
+                    self.log_refusal(slot, TLS_REQUIRED);
+                    return self.close(slot);
+                }
                 Ok(ReadOutcome::Eof) => {
                     let quiet = matches!(conn.phase, Phase::AwaitInit) && !conn.mid_frame();
                     if quiet {
@@ -425,7 +461,7 @@ impl EventLoop {
     fn log_refusal(&mut self, slot: usize, why: &str) {
         let from = self
             .conn(slot)
-            .and_then(|c| c.stream.peer_addr().ok())
+            .and_then(|c| c.wire.socket().peer_addr().ok())
             .map_or("?".into(), |a| a.to_string());
         log::warn!("TCPStore: refused a client from {from}: authentication failed: {why}");
     }
@@ -449,12 +485,12 @@ impl EventLoop {
                 }
             }
             if answered && conn.flushed() {
-                let _ = conn.stream.shutdown(Shutdown::Write);
+                let _ = conn.wire.socket().shutdown(Shutdown::Write);
             }
             match outcome {
                 Ok(ReadOutcome::Data) => {}
                 Ok(ReadOutcome::WouldBlock) => return,
-                Ok(ReadOutcome::Eof) | Err(_) => return self.close(slot),
+                Ok(ReadOutcome::Eof | ReadOutcome::NotTls) | Err(_) => return self.close(slot),
             }
         }
         self.run_queue.push_back(slot);
@@ -493,7 +529,11 @@ impl EventLoop {
                     Ok(n) => n,
                     Err(e) => return self.fail(slot, &e.to_string()),
                 };
-                let tag = key.tag(SERVER_LABEL, &[&client_nonce, &nonce]);
+                let binding = match conn.wire.binding() {
+                    Ok(b) => b,
+                    Err(e) => return self.fail(slot, &e.to_string()),
+                };
+                let tag = key.tag(SERVER_LABEL, &[&client_nonce, &nonce, &binding]);
                 conn.phase = Phase::AwaitProof {
                     client_nonce,
                     nonce,
@@ -508,7 +548,10 @@ impl EventLoop {
                 },
                 Some(key),
                 Ok(Request::AuthProof { tag }),
-            ) if key.verify(CLIENT_LABEL, &[client_nonce, nonce], &tag) => {
+            ) if conn.wire.binding().is_ok_and(|binding| {
+                key.verify(CLIENT_LABEL, &[client_nonce, nonce, &binding], &tag)
+            }) =>
+            {
                 conn.phase = Phase::Serving;
                 conn.phase_deadline = None;
                 self.send(slot, &Response::Ok);

@@ -5,7 +5,8 @@
 //! reports 0 where torch reports 1.
 //!
 //! The master listens on `host` when that is an address of this machine (see
-//! [`server::bind_address`]), else on every interface, as torch does. With an auth key
+//! [`server::bind_address`]), else on every interface, as torch does. With TLS (the settings
+//! of [`crate::tls`]) every connection is encrypted, and with an auth key
 //! (`RUSTDIST_AUTH_KEY`) every connection authenticates both ways before anything else.
 
 use std::net::TcpListener;
@@ -16,6 +17,7 @@ use std::time::Duration;
 use crate::auth::AuthKey;
 use crate::error::{Error, Result};
 use crate::store::{check_multi_set, deadline_after, Store, DEFAULT_TIMEOUT};
+use crate::tls::Tls;
 
 mod client;
 mod conn;
@@ -53,6 +55,8 @@ pub struct TcpStoreOptions {
     pub master_listen_fd: Option<RawFd>,
     /// The shared secret both ends authenticate with (default: `RUSTDIST_AUTH_KEY`).
     pub auth_key: Option<AuthKey>,
+    /// TLS on every connection (None: as the environment says, [`Tls::from_env`]).
+    pub tls: Option<Tls>,
 }
 
 impl Default for TcpStoreOptions {
@@ -67,6 +71,7 @@ impl Default for TcpStoreOptions {
             multi_tenant: false,
             master_listen_fd: None,
             auth_key: AuthKey::from_env(),
+            tls: None,
         }
     }
 }
@@ -84,7 +89,8 @@ pub struct TcpStore {
     port: u16,
 }
 
-fn master_server(opts: &TcpStoreOptions) -> Result<Arc<TcpServer>> {
+fn master_server(opts: &TcpStoreOptions, tls: Option<&Tls>) -> Result<Arc<TcpServer>> {
+    let start = |listener| TcpServer::start(listener, opts.auth_key.clone(), tls);
     if let Some(fd) = opts.master_listen_fd {
         if fd < 0 {
             return Err(Error::invalid(format!(
@@ -97,11 +103,11 @@ fn master_server(opts: &TcpStoreOptions) -> Result<Arc<TcpServer>> {
         let owned = borrowed
             .try_clone_to_owned()
             .map_err(|e| Error::invalid(format!("master_listen_fd {fd}: {e}")))?;
-        return TcpServer::start(TcpListener::from(owned), opts.auth_key.clone()).map(Arc::new);
+        return start(TcpListener::from(owned)).map(Arc::new);
     }
     let listen = || server::listen(&opts.host, opts.port);
     if !opts.multi_tenant {
-        return TcpServer::start(listen()?, opts.auth_key.clone()).map(Arc::new);
+        return start(listen()?).map(Arc::new);
     }
     let mut tenants = TENANTS.lock().unwrap_or_else(|p| p.into_inner());
     tenants.retain(|(_, w)| w.strong_count() > 0);
@@ -112,7 +118,7 @@ fn master_server(opts: &TcpStoreOptions) -> Result<Arc<TcpServer>> {
     if let Some(server) = live {
         return Ok(server);
     }
-    let server = Arc::new(TcpServer::start(listen()?, opts.auth_key.clone())?);
+    let server = Arc::new(start(listen()?)?);
     tenants.push((server.port(), Arc::downgrade(&server)));
     Ok(server)
 }
@@ -135,8 +141,12 @@ fn millis(d: Duration) -> u64 {
 impl TcpStore {
     /// Starts the server (master) and connects to it; blocks for `wait_for_workers`.
     pub fn new(opts: TcpStoreOptions) -> Result<Self> {
+        let tls = match opts.tls.clone() {
+            Some(tls) => Some(tls),
+            None => Tls::from_env(opts.auth_key.as_ref())?,
+        };
         let server = if opts.is_master {
-            Some(master_server(&opts)?)
+            Some(master_server(&opts, tls.as_ref())?)
         } else {
             None
         };
@@ -146,7 +156,7 @@ impl TcpStore {
                 "TCPStore: port 0 (any free port) is only valid on the master",
             ));
         }
-        let client = Client::connect(&opts.host, port, opts.timeout, opts.auth_key)?;
+        let client = Client::connect(&opts.host, port, opts.timeout, opts.auth_key, tls.as_ref())?;
         if let (Some(server), Some(n), true) = (&server, opts.world_size, opts.wait_for_workers) {
             server.wait_workers(n, deadline_after(opts.timeout))?;
         }

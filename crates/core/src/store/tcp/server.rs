@@ -29,6 +29,7 @@ use super::protocol::MAX_AUTH_FRAME;
 use super::protocol::{Response, MAX_FRAME};
 use crate::auth::AuthKey;
 use crate::error::{Error, Result};
+use crate::tls::Tls;
 use crate::{interrupt, netio};
 
 use super::event_loop::EventLoop;
@@ -141,8 +142,8 @@ impl TcpServer {
     /// Serves on `listener` (already bound and listening) until dropped; with `key`, only to
     /// clients that authenticate with it. The connection cap comes from the environment and
     /// the open-file limit (see [`TcpServer::start_with_limit`]).
-    pub fn start(listener: TcpListener, key: Option<AuthKey>) -> Result<Self> {
-        Self::start_with_limit(listener, key, None)
+    pub fn start(listener: TcpListener, key: Option<AuthKey>, tls: Option<&Tls>) -> Result<Self> {
+        Self::start_with_limit(listener, key, tls, None)
     }
 
     /// [`TcpServer::start`] serving at most `max_clients` connections at once (`None`:
@@ -150,8 +151,12 @@ impl TcpServer {
     pub fn start_with_limit(
         listener: TcpListener,
         key: Option<AuthKey>,
+        tls: Option<&Tls>,
         max_clients: Option<usize>,
     ) -> Result<Self> {
+        // Clients' chains are checked against the CA; with pinned keys none is asked for,
+        // the key's proofs being bound to the session.
+        let tls = tls.map(|t| t.server_config(None)).transpose()?;
         let setup = |e: io::Error| Error::network(format!("TCPStore server: {e}"));
         let port = listener.local_addr().map_err(setup)?.port();
         listener.set_nonblocking(true).map_err(setup)?;
@@ -173,9 +178,15 @@ impl TcpServer {
             let cut = (0..=fits).rev().find(|&i| refusal.is_char_boundary(i));
             refusal.truncate(cut.unwrap_or(0));
         }
-        let (event_loop, waker) =
-            EventLoop::new(listener, key, Arc::clone(&shared), max_clients, refusal)
-                .map_err(setup)?;
+        let (event_loop, waker) = EventLoop::new(
+            listener,
+            key,
+            tls,
+            Arc::clone(&shared),
+            max_clients,
+            refusal,
+        )
+        .map_err(setup)?;
         let looper = thread::Builder::new()
             .name("rustdist-store".into())
             .spawn(move || event_loop.run())

@@ -13,6 +13,9 @@ pub(crate) const AUTH_TIMEOUT: Duration = Duration::from_secs(10);
 /// Labels of the two proofs (a client's proof can never pass as the server's).
 pub(crate) const CLIENT_LABEL: &[u8] = b"rustdist store client v1";
 pub(crate) const SERVER_LABEL: &[u8] = b"rustdist store server v1";
+/// What both ends of a TLS connection derive (RFC 5705) and bind the key's proofs to, so
+/// that a man in the middle, with a TLS session to each, cannot relay them.
+pub(crate) const EXPORTER_LABEL: &[u8] = b"EXPORTER-rustdist-store";
 /// How a refusal for the connection cap starts (the client recognises it by this).
 pub(crate) const LIMIT_REFUSAL: &str = "TCPStore connection limit reached";
 

@@ -610,7 +610,7 @@ fn store_tcp_client_over_the_limit_is_told_why() {
     );
     assert_eq!(server::default_max_clients(None, 1024), 1024 - 128);
     let server =
-        TcpServer::start_with_limit(server::listen("127.0.0.1", 0).unwrap(), None, Some(2))
+        TcpServer::start_with_limit(server::listen("127.0.0.1", 0).unwrap(), None, None, Some(2))
             .unwrap();
     let port = server.port();
     assert_eq!(server.max_clients(), 2);
@@ -660,7 +660,7 @@ fn store_tcp_client_over_the_limit_is_told_why() {
     // With authentication, the refusal still says why (not "authentication failed").
     let key = keyed(b"s");
     let listener = server::listen("127.0.0.1", 0).unwrap();
-    let server = TcpServer::start_with_limit(listener, key.clone(), Some(1)).unwrap();
+    let server = TcpServer::start_with_limit(listener, key.clone(), None, Some(1)).unwrap();
     let connect = || {
         TcpStore::new(TcpStoreOptions {
             port: server.port(),
@@ -704,4 +704,83 @@ fn store_tcp_parked_wait_needs_every_key_and_pipelined_requests_follow() {
     assert_eq!(answer, Response::List(vec![b"1".to_vec(), b"2".to_vec()]));
     let answer = Response::decode(&read_frame(&mut s, MAX_FRAME).unwrap().unwrap()).unwrap();
     assert_eq!(answer, Response::Int(2));
+}
+
+/// Certificate files for hosts `a` and `b` of a fresh test PKI, as [`Tls`] settings.
+fn tls_files(names: &[&str]) -> Vec<Tls> {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("rustdist-store-tls-{}-{n}", std::process::id()));
+    crate::tls::write_test_pki(&dir, &["a", "b"]).unwrap();
+    let p = |f: String| dir.join(f).to_str().unwrap().to_string();
+    let made = names
+        .iter()
+        .map(|name| {
+            let (cert, key) = (p(format!("{name}.pem")), p(format!("{name}.key")));
+            let ca = p("ca.pem".into());
+            Tls::with_files([("C", &cert), ("K", &key), ("A", &ca)], false).unwrap()
+        })
+        .collect();
+    let _ = std::fs::remove_dir_all(&dir);
+    made
+}
+
+fn store_with(master: bool, port: u16, key: Option<AuthKey>, tls: Option<Tls>) -> Result<TcpStore> {
+    TcpStore::new(TcpStoreOptions {
+        is_master: master,
+        port,
+        timeout: Duration::from_secs(10),
+        auth_key: key,
+        tls,
+        ..Default::default()
+    })
+}
+
+#[test]
+fn tls_stores_serve_with_certificates_and_with_pinned_keys() {
+    let files = tls_files(&["a", "b"]);
+    let pinned = Tls::with_pinned_key(false).unwrap();
+    for (server, client, key) in [
+        (&files[0], &files[1], None),
+        (&files[0], &files[1], keyed(b"k")),
+        (&pinned, &pinned, keyed(b"k")),
+    ] {
+        let m = store_with(true, 0, key.clone(), Some(server.clone())).unwrap();
+        let c = store_with(false, m.port(), key, Some(client.clone())).unwrap();
+        c.set("x", &vec![7u8; 1 << 20]).unwrap();
+        assert_eq!(m.get("x", None).unwrap(), vec![7u8; 1 << 20]);
+        assert_eq!(c.add("n", 5).unwrap(), 5);
+    }
+    // Pinned keys authenticate through the key: another key is refused.
+    let m = store_with(true, 0, keyed(b"k"), Some(pinned.clone())).unwrap();
+    let err = store_with(false, m.port(), keyed(b"K"), Some(pinned))
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("authentication failed"), "{err}");
+}
+
+#[test]
+fn tls_and_plain_stores_refuse_each_other_at_once() {
+    let files = tls_files(&["a", "b"]);
+    let started = Instant::now();
+    let m = store_with(true, 0, None, Some(files[0].clone())).unwrap();
+    let err = store_with(false, m.port(), None, None)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("requires TLS"), "{err}");
+    let m = store_with(true, 0, None, None).unwrap();
+    let err = store_with(false, m.port(), None, Some(files[1].clone()))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("TLS handshake") && err.contains("TLS off there"),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
 }

@@ -6,7 +6,7 @@
 use std::net::TcpStream;
 use std::time::Instant;
 
-use super::link::Connection;
+use super::secure::connection;
 use super::state::MeshTransport;
 use crate::error::Result;
 use crate::interrupt;
@@ -54,10 +54,22 @@ impl MeshTransport {
             .collect()
     }
 
+    /// Links `p` on `socks` (its TLS handshake, if any, goes on as the link is used); a link
+    /// that cannot be set up fails the transport.
     fn install(&mut self, p: usize, socks: Vec<TcpStream>) {
         let mut socks = socks.into_iter();
-        if let (Some(peer), Some(first)) = (self.peers[p].as_mut(), socks.next()) {
-            peer.link = Connection::new(first, None, socks.collect());
+        let Some(first) = socks.next() else {
+            return;
+        };
+        match connection(self.tls.as_ref(), p, first, None, socks.collect()) {
+            Ok(link) => {
+                if let Some(peer) = self.peers[p].as_mut() {
+                    peer.link = link;
+                }
+            }
+            Err(e) => {
+                self.fail(e);
+            }
         }
     }
 }

@@ -7,6 +7,7 @@ use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 
+use crate::tls::TlsStream;
 use crate::transport::frame::{payload_len, HEADER_LEN};
 use crate::transport::shm::ShmPipe;
 use crate::transport::tcp::pollfd;
@@ -17,6 +18,11 @@ pub(super) trait Link: Send {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize>;
     /// Writes what fits; `WouldBlock` when nothing does.
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize>;
+    /// Sends what written bytes still wait in the link (TLS records); true once none do. A
+    /// frame is sent only then, so that the peer gets it without this rank calling again.
+    fn flush(&mut self) -> io::Result<bool> {
+        Ok(true)
+    }
     /// Whether the pipe is memory (waiting is then on the doorbell, not poll(2)).
     fn in_memory(&self) -> bool {
         false
@@ -29,13 +35,49 @@ pub(super) trait Link: Send {
     fn has_space(&self) -> bool {
         false
     }
+    /// Sockets: whether the next read has bytes without the socket (decrypted already), which
+    /// poll(2) cannot see.
+    fn buffered(&self) -> bool {
+        false
+    }
+    /// Moves TLS handshakes on; true once every stream's is over.
+    fn handshake(&mut self) -> io::Result<bool> {
+        Ok(true)
+    }
     /// Sockets: the ones poll(2) waits on for the next read and the next write.
     fn poll_fds(&self) -> Option<(RawFd, RawFd)>;
+    /// Sockets whose TLS handshake goes on or whose ciphertext waits, with what each waits
+    /// for (these are polled instead of [`Link::poll_fds`]).
+    fn tls_pollfds(&self) -> Vec<libc::pollfd> {
+        Vec::new()
+    }
     /// Sockets: ends every stream both ways, so the peer reads EOF wherever it reads.
     fn shutdown(&self);
 }
 
-impl Link for TcpStream {
+/// One TCP stream of a link: the socket itself, or TLS over it (`tls::TlsStream`).
+pub(super) trait Stream: Send {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize>;
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize>;
+    fn fd(&self) -> RawFd;
+    fn shutdown(&self);
+    /// TLS: see the [`Link`] methods of the same names.
+    fn flush(&mut self) -> io::Result<bool> {
+        Ok(true)
+    }
+    fn buffered(&self) -> bool {
+        false
+    }
+    fn handshake(&mut self) -> io::Result<bool> {
+        Ok(true)
+    }
+    /// TLS: what poll(2) waits for while the handshake goes on or ciphertext waits.
+    fn tls_events(&self) -> Option<libc::c_short> {
+        None
+    }
+}
+
+impl Stream for TcpStream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         Read::read(self, buf)
     }
@@ -44,12 +86,91 @@ impl Link for TcpStream {
         Write::write_vectored(self, bufs)
     }
 
-    fn poll_fds(&self) -> Option<(RawFd, RawFd)> {
-        Some((self.as_raw_fd(), self.as_raw_fd()))
+    fn fd(&self) -> RawFd {
+        self.as_raw_fd()
     }
 
     fn shutdown(&self) {
         let _ = TcpStream::shutdown(self, Shutdown::Both);
+    }
+}
+
+impl Stream for TlsStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        TlsStream::read(self, buf)
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        TlsStream::write_vectored(self, bufs)
+    }
+
+    fn fd(&self) -> RawFd {
+        self.socket().as_raw_fd()
+    }
+
+    fn shutdown(&self) {
+        let _ = self.socket().shutdown(Shutdown::Both);
+    }
+
+    fn flush(&mut self) -> io::Result<bool> {
+        self.flush_out()
+    }
+
+    fn buffered(&self) -> bool {
+        TlsStream::buffered(self)
+    }
+
+    fn handshake(&mut self) -> io::Result<bool> {
+        TlsStream::handshake(self)
+    }
+
+    fn tls_events(&self) -> Option<libc::c_short> {
+        let write = if self.wants_write() { libc::POLLOUT } else { 0 };
+        (self.handshaking() || write != 0).then_some(libc::POLLIN | write)
+    }
+}
+
+fn tls_pollfds(streams: &[Box<dyn Stream>]) -> Vec<libc::pollfd> {
+    streams
+        .iter()
+        .filter_map(|s| s.tls_events().map(|ev| pollfd(s.fd(), ev)))
+        .collect()
+}
+
+/// A link of one stream.
+struct Single(Box<dyn Stream>);
+
+impl Link for Single {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.0.read(buf)
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        self.0.write_vectored(bufs)
+    }
+
+    fn flush(&mut self) -> io::Result<bool> {
+        self.0.flush()
+    }
+
+    fn buffered(&self) -> bool {
+        self.0.buffered()
+    }
+
+    fn handshake(&mut self) -> io::Result<bool> {
+        self.0.handshake()
+    }
+
+    fn poll_fds(&self) -> Option<(RawFd, RawFd)> {
+        Some((self.0.fd(), self.0.fd()))
+    }
+
+    fn tls_pollfds(&self) -> Vec<libc::pollfd> {
+        tls_pollfds(std::slice::from_ref(&self.0))
+    }
+
+    fn shutdown(&self) {
+        self.0.shutdown();
     }
 }
 
@@ -129,13 +250,13 @@ impl FrameCursor {
 /// delivers in order, and both ends follow the frames, so the reader takes every byte from
 /// the stream it was written to.
 pub(super) struct Striped {
-    streams: Vec<TcpStream>,
+    streams: Vec<Box<dyn Stream>>,
     read: FrameCursor,
     written: FrameCursor,
 }
 
 impl Striped {
-    pub(super) fn new(streams: Vec<TcpStream>) -> Striped {
+    pub(super) fn new(streams: Vec<Box<dyn Stream>>) -> Striped {
         Striped {
             streams,
             read: FrameCursor::default(),
@@ -170,7 +291,7 @@ impl Link for Striped {
         while got < buf.len() {
             let (i, left) = self.read.next(self.streams.len());
             let want = left.min(buf.len() - got);
-            match Read::read(&mut self.streams[i], &mut buf[got..got + want]) {
+            match self.streams[i].read(&mut buf[got..got + want]) {
                 Ok(n) => {
                     self.read.advance(&[IoSlice::new(&buf[got..got + n])], n);
                     got += n;
@@ -193,7 +314,7 @@ impl Link for Striped {
             let (i, left) = self.written.next(self.streams.len());
             let want = left.min(total - sent);
             let span = window(bufs, sent, want);
-            match Write::write_vectored(&mut self.streams[i], &span) {
+            match self.streams[i].write_vectored(&span) {
                 Ok(n) => {
                     self.written.advance(&span, n);
                     sent += n;
@@ -208,14 +329,38 @@ impl Link for Striped {
         Ok(sent)
     }
 
+    fn flush(&mut self) -> io::Result<bool> {
+        let mut done = true;
+        for s in &mut self.streams {
+            done &= s.flush()?;
+        }
+        Ok(done)
+    }
+
+    fn buffered(&self) -> bool {
+        self.streams[self.read.next(self.streams.len()).0].buffered()
+    }
+
+    fn handshake(&mut self) -> io::Result<bool> {
+        let mut done = true;
+        for s in &mut self.streams {
+            done &= s.handshake()?;
+        }
+        Ok(done)
+    }
+
     fn poll_fds(&self) -> Option<(RawFd, RawFd)> {
-        let fd = |at: &FrameCursor| self.streams[at.next(self.streams.len()).0].as_raw_fd();
+        let fd = |at: &FrameCursor| self.streams[at.next(self.streams.len()).0].fd();
         Some((fd(&self.read), fd(&self.written)))
+    }
+
+    fn tls_pollfds(&self) -> Vec<libc::pollfd> {
+        tls_pollfds(&self.streams)
     }
 
     fn shutdown(&self) {
         for s in &self.streams {
-            let _ = s.shutdown(Shutdown::Both);
+            s.shutdown();
         }
     }
 }
@@ -290,26 +435,26 @@ impl Connection {
         self.linked
     }
 
-    /// Data on `pipe` when given (the peer shares the host), else on the socket itself, striped
-    /// with the `extra` streams when there are any. One fd per stream: a world of n ranks
-    /// holds n - 1 sockets per rank, not twice that.
-    pub(super) fn new(sock: TcpStream, pipe: Option<ShmPipe>, extra: Vec<TcpStream>) -> Connection {
-        match pipe {
-            Some(pipe) => Connection {
-                watch: Some(sock),
-                data: Box::new(pipe),
-                linked: true,
-            },
-            None if extra.is_empty() => Connection {
-                watch: None,
-                data: Box::new(sock),
-                linked: true,
-            },
-            None => Connection {
-                watch: None,
-                data: Box::new(Striped::new(std::iter::once(sock).chain(extra).collect())),
-                linked: true,
-            },
+    /// Data on `pipe` (the peer shares the host), `sock` kept to tell whether it lives.
+    pub(super) fn memory(sock: TcpStream, pipe: ShmPipe) -> Connection {
+        Connection {
+            watch: Some(sock),
+            data: Box::new(pipe),
+            linked: true,
+        }
+    }
+
+    /// Data on the streams, striped when there are several. One fd per stream: a world of
+    /// n ranks holds n - 1 sockets per rank, not twice that.
+    pub(super) fn streams(mut streams: Vec<Box<dyn Stream>>) -> Connection {
+        let data: Box<dyn Link> = match streams.len() {
+            1 => Box::new(Single(streams.remove(0))),
+            _ => Box::new(Striped::new(streams)),
+        };
+        Connection {
+            watch: None,
+            data,
+            linked: true,
         }
     }
 
@@ -321,11 +466,14 @@ impl Connection {
         };
         let read = if reading { libc::POLLIN } else { 0 };
         let write = if writing { libc::POLLOUT } else { 0 };
-        if r == w {
+        let mut fds = if r == w {
             vec![pollfd(r, read | write)]
         } else {
             vec![pollfd(r, read), pollfd(w, write)]
-        }
+        };
+        // A TLS handshake or ciphertext waiting moves on whatever the frames need.
+        fds.extend(self.data.tls_pollfds());
+        fds
     }
 
     /// Ends the connection both ways (every stream of it).
@@ -342,6 +490,18 @@ impl Connection {
 
     pub(super) fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         self.data.write_vectored(bufs)
+    }
+
+    pub(super) fn flush(&mut self) -> io::Result<bool> {
+        self.data.flush()
+    }
+
+    pub(super) fn buffered(&self) -> bool {
+        self.data.buffered()
+    }
+
+    pub(super) fn handshake(&mut self) -> io::Result<bool> {
+        self.data.handshake()
     }
 
     pub(super) fn in_memory(&self) -> bool {
@@ -464,7 +624,11 @@ mod tests {
     #[test]
     fn striped_streams_carry_one_byte_pipe_in_order() {
         let (tx, rx) = streams(3);
-        let (mut w, mut r) = (Striped::new(tx), Striped::new(rx));
+        let boxed = |v: Vec<TcpStream>| v.into_iter().map(|s| Box::new(s) as Box<dyn Stream>);
+        let (mut w, mut r) = (
+            Striped::new(boxed(tx).collect()),
+            Striped::new(boxed(rx).collect()),
+        );
         // Frames too small to stripe, empty ones, and large ones spanning every stream.
         let frames: Vec<(Vec<u8>, Vec<u8>)> = [
             10usize,

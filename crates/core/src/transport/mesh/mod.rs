@@ -11,12 +11,13 @@
 //! later call, so an `irecv` never blocks the collectives queued after it. Errors are sticky:
 //! once failed, the transport fails every pending and later operation.
 //!
-//! The parts: `link` (the byte pipes), `state` (the transport's state and the frames and
-//! receives in it), `tx` (writing queued frames), `p2p` (posted point-to-point operations),
-//! `rx` (reading frames and matching them to receives), `progress` (the loop that moves bytes
-//! and waits), `shared` (waiting in the workspace), `shrink` (going on as a smaller group over
-//! the same links). Each part uses only those before it in that list; this file, which
-//! connects the transport and implements [`Transport`], uses them.
+//! The parts: `link` (the byte pipes), `secure` (TLS on them), `state` (the transport's state
+//! and the frames and receives in it), `tx` (writing queued frames), `p2p` (posted
+//! point-to-point operations), `rx` (reading frames and matching them to receives),
+//! `progress` (the loop that moves bytes and waits), `shared` (waiting in the workspace),
+//! `shrink` (going on as a smaller group over the same links); `demand` (links made on first
+//! use) uses `secure` and `state`. Each part uses only those before it in that list; this
+//! file, which connects the transport and implements [`Transport`], uses them.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -26,15 +27,17 @@ use std::time::{Duration, Instant};
 use crate::auth::AuthKey;
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
+use crate::interrupt;
 use crate::store::Store;
 use crate::tensor::RawBuf;
+use crate::tls::{self, Tls};
 use crate::transport::frame::{abort_class, FrameKind, Header};
 use crate::transport::heartbeat::{Heartbeat, HeartbeatConfig, Identity};
 use crate::transport::shm::share_memory;
 use crate::transport::tcp::{
-    agree_latency, agree_links, connect_mesh_with, connect_streams, OnDemand,
+    agree_latency, agree_links, connect_mesh_with, connect_streams, poll_fds, OnDemand,
 };
-use crate::transport::{Op, OpCtx, P2pDone, SharedMemory, Transport};
+use crate::transport::{remaining, Op, OpCtx, P2pDone, SharedMemory, Transport};
 use crate::types::CollectiveKind;
 
 mod demand;
@@ -42,6 +45,7 @@ mod link;
 mod p2p;
 mod progress;
 mod rx;
+mod secure;
 mod shared;
 mod shrink;
 mod state;
@@ -53,6 +57,7 @@ pub use state::MeshTransport;
 
 use progress::PUMP_NAP;
 use rx::StepRecv;
+use secure::{connection, LinkTls};
 use state::{Frame, OutFrame, Peer, PostedRecv};
 
 /// `RUSTDIST_EAGER_CONNECT=1`: link every peer at connect (a full mesh), as before links on
@@ -130,6 +135,7 @@ impl MeshTransport {
                 || (shared_memory && host_of[p] == host_of[rank])
         };
         let key = AuthKey::from_env();
+        let tls = Tls::from_env(key.as_ref())?;
         let mut mesh = connect_mesh_with(
             &*store,
             prefix,
@@ -138,8 +144,13 @@ impl MeshTransport {
             group,
             deadline,
             key.as_ref(),
+            tls.as_ref(),
             &now,
         )?;
+        // Every rank read every rank's settings: all fail alike where they disagree.
+        let entry = |r: usize| format!("{prefix}/addr/{r}");
+        let pins = tls::agree(&mesh.tls, rank, key.as_ref(), &entry)?;
+        let tls = tls.map(|t| LinkTls::new(t, pins, rank));
         let peer_ips: Vec<_> = mesh.addrs.iter().map(|a| a.map(|a| a.ip())).collect();
         let heartbeat = match (heartbeat_config, mesh.udp.take()) {
             (Some(config), Some(udp)) => Some(Heartbeat::start(
@@ -192,18 +203,17 @@ impl MeshTransport {
             .enumerate()
             .map(|(p, sock)| {
                 let extra = extra.next().unwrap_or_default();
-                match sock {
-                    Some(s) => Some(Peer::new(
-                        s,
-                        host.as_ref().and_then(|h| h.pipe(rank, p)),
-                        extra,
-                    )),
+                Ok(match sock {
+                    Some(s) => {
+                        let pipe = host.as_ref().and_then(|h| h.pipe(rank, p));
+                        Some(Peer::new(connection(tls.as_ref(), p, s, pipe, extra)?))
+                    }
                     None if p == rank => None,
                     None => Some(Peer::unlinked()),
-                }
+                })
             })
-            .collect();
-        Ok(MeshTransport {
+            .collect::<Result<_>>()?;
+        let mut transport = MeshTransport {
             rank,
             size,
             group,
@@ -226,8 +236,56 @@ impl MeshTransport {
             heartbeat,
             waited: Duration::ZERO,
             on_demand,
+            tls,
             host,
-        })
+        };
+        transport.finish_handshakes(deadline)?;
+        Ok(transport)
+    }
+
+    /// Completes the TLS handshakes of the links made at connect, all at once, so that a
+    /// refused certificate fails init on both sides, naming the peer. (Links made later
+    /// shake hands as they are first used.)
+    fn finish_handshakes(&mut self, deadline: Instant) -> Result<()> {
+        if self.tls.is_none() {
+            return Ok(());
+        }
+        let rank = self.rank;
+        loop {
+            let mut fds = Vec::new();
+            let mut waiting = Vec::new();
+            for (p, peer) in self.peers.iter_mut().enumerate() {
+                let Some(peer) = peer.as_mut().filter(|x| x.link.linked()) else {
+                    continue;
+                };
+                match peer.link.handshake() {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        waiting.push(p);
+                        fds.extend(peer.link.pollfds(true, false));
+                    }
+                    Err(e) => {
+                        return Err(Error::network(format!(
+                            "rank {rank}: the TLS handshake with rank {p} failed: {e}"
+                        )))
+                    }
+                }
+            }
+            if waiting.is_empty() {
+                return Ok(());
+            }
+            let Some(left) = remaining(deadline) else {
+                return Err(Error::network(format!(
+                    "rank {rank} timed out in the TLS handshakes with ranks {waiting:?}"
+                )));
+            };
+            poll_fds(
+                &mut fds,
+                interrupt::slice(left.min(Duration::from_millis(50))),
+            );
+            self.cancel.check()?;
+            interrupt::check()?;
+        }
     }
 
     /// Restarts the per-peer message counters when a new collective begins.

@@ -146,6 +146,16 @@ impl MeshTransport {
             self.note_closed_peers();
             return Ok(());
         }
+        // Bytes decrypted already are no news to poll(2): their peers are read at once.
+        let buffered = self.peers.iter().enumerate().filter(|(_, peer)| {
+            peer.as_ref()
+                .is_some_and(|x| !x.closed && !x.unread() && x.link.buffered())
+        });
+        let before = ready.len();
+        ready.extend(buffered.map(|(p, _)| p));
+        if ready.len() > before {
+            return Ok(());
+        }
         let mut fds: Vec<libc::pollfd> = Vec::with_capacity(self.size);
         let mut owners = Vec::with_capacity(self.size);
         for (p, peer) in self.peers.iter().enumerate() {

@@ -125,9 +125,14 @@ impl MeshTransport {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
                     peer.closed = true;
-                    let why = format!(
-                        "connection from rank {p} to rank {rank} failed ({e}); rank {p} probably died"
-                    );
+                    let why = match e.kind() {
+                        io::ErrorKind::InvalidData => {
+                            format!("the TLS link from rank {p} to rank {rank} failed: {e}")
+                        }
+                        _ => format!(
+                            "connection from rank {p} to rank {rank} failed ({e}); rank {p} probably died"
+                        ),
+                    };
                     // A peer that exits with bytes unread resets its links: as at EOF, only
                     // a frame cut short is lost at once.
                     if matches!(peer.rx, Rx::Header { got: 0, .. }) {

@@ -317,6 +317,7 @@ impl MeshTransport {
         if let Some(beat) = &heartbeat {
             beat.shrink(keep, group, cancel.clone());
         }
+        let tls = self.tls.as_ref().map(|t| t.renumber(keep, me));
         let on_demand = self.on_demand.take();
         if let Some(links) = &on_demand {
             links.renumber(keep, group);
@@ -345,6 +346,7 @@ impl MeshTransport {
             heartbeat,
             waited: Duration::ZERO,
             on_demand,
+            tls,
             host,
         }
     }

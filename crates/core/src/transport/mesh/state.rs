@@ -6,18 +6,18 @@
 //! [`Transport`](crate::transport::Transport) on them.
 
 use std::collections::VecDeque;
-use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::link::Connection;
+use super::secure::LinkTls;
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
 use crate::recorder;
 use crate::tensor::RawBuf;
 use crate::transport::frame::{Header, HEADER_LEN};
 use crate::transport::heartbeat::Heartbeat;
-use crate::transport::shm::{ShmHost, ShmPipe};
+use crate::transport::shm::ShmHost;
 use crate::transport::tcp::OnDemand;
 use crate::transport::workspace::Workspace;
 use crate::transport::{OpCtx, P2pDone};
@@ -65,6 +65,8 @@ pub struct MeshTransport {
     pub(super) waited: Duration,
     /// Links made on first use (None: every peer was linked at connect).
     pub(super) on_demand: Option<OnDemand>,
+    /// TLS on the links (None: off).
+    pub(super) tls: Option<LinkTls>,
     /// Shared memory with the peers on this host; after `peers` and `ws`, so the pipes and
     /// the workspace go first.
     pub(super) host: Option<ShmHost>,
@@ -253,16 +255,12 @@ pub(super) fn closed_unexpectedly(p: usize, rank: usize) -> String {
 }
 
 impl Peer {
-    pub(super) fn new(sock: TcpStream, shm: Option<ShmPipe>, extra: Vec<TcpStream>) -> Peer {
-        Peer::on(Connection::new(sock, shm, extra))
-    }
-
     /// A peer to link on first use.
     pub(super) fn unlinked() -> Peer {
-        Peer::on(Connection::unlinked())
+        Peer::new(Connection::unlinked())
     }
 
-    fn on(link: Connection) -> Peer {
+    pub(super) fn new(link: Connection) -> Peer {
         Peer {
             link,
             rx: RX_IDLE,

@@ -316,3 +316,25 @@ fn a_shrink_skips_what_the_old_group_left_half_sent_and_half_read() {
     });
     assert_eq!(got, msg);
 }
+
+/// The tests above again with every link over TLS (pinned keys; these ranks share a host,
+/// hence `RUSTDIST_TLS_LOCAL`), in a child process that has those settings.
+#[test]
+fn the_mesh_tests_again_over_tls() {
+    const CHILD: &str = "RUSTDIST_TLS_MESH_CHILD";
+    if std::env::var_os(CHILD).is_some() {
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["transport::mesh::tests::", "--test-threads=2"])
+        .env(CHILD, "1")
+        .env("RUSTDIST_TLS", "1")
+        .env("RUSTDIST_TLS_LOCAL", "1")
+        .env("RUSTDIST_AUTH_KEY", "mesh test")
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains(" passed; 0 failed"), "{text}");
+}

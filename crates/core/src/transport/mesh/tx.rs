@@ -35,7 +35,22 @@ impl MeshTransport {
             // SAFETY: the frame's owner keeps the payload alive until it is flushed (see
             // OutFrame); frames of a failed transport are dropped before their owners return.
             let data = unsafe { f.data.as_slice() };
-            let res = if f.off < HEADER_LEN {
+            let total = HEADER_LEN + data.len();
+            let res = if f.off == total {
+                // Every byte taken: sent once the link holds none of them (TLS records).
+                match peer.link.flush() {
+                    Ok(true) => {
+                        let done = peer.txq.pop_front().and_then(|f| f.done);
+                        if let Some((done, _)) = done {
+                            done(Ok(p));
+                        }
+                        moved = true;
+                        continue;
+                    }
+                    Ok(false) => return Ok(moved),
+                    Err(e) => Err(e),
+                }
+            } else if f.off < HEADER_LEN {
                 peer.link
                     .write_vectored(&[IoSlice::new(&f.header[f.off..]), IoSlice::new(data)])
             } else {
@@ -43,7 +58,7 @@ impl MeshTransport {
                     .write_vectored(&[IoSlice::new(&data[f.off - HEADER_LEN..])])
             };
             match res {
-                Ok(0) if f.off < HEADER_LEN + data.len() => {
+                Ok(0) => {
                     return Err(self.fail(Error::network(format!(
                         "connection to rank {p} closed while sending"
                     ))))
@@ -51,19 +66,20 @@ impl MeshTransport {
                 Ok(n) => {
                     f.off += n;
                     moved = true;
-                    if f.off == HEADER_LEN + data.len() {
-                        let done = peer.txq.pop_front().and_then(|f| f.done);
-                        if let Some((done, _)) = done {
-                            done(Ok(p));
-                        }
-                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(moved),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
-                    return Err(self.fail(Error::network(format!(
-                        "rank {p} is unreachable (sending failed: {e}); it probably died"
-                    ))))
+                    let rank = self.rank;
+                    let why = match e.kind() {
+                        io::ErrorKind::InvalidData => {
+                            format!("the TLS link from rank {rank} to rank {p} failed: {e}")
+                        }
+                        _ => format!(
+                            "rank {p} is unreachable (sending failed: {e}); it probably died"
+                        ),
+                    };
+                    return Err(self.fail(Error::network(why)));
                 }
             }
         }

@@ -16,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::interrupt;
 use crate::netio::{listen_on, timed_out, DeadlineIo};
 use crate::store::Store;
+use crate::tls::Tls;
 use crate::transport::remaining;
 
 // ---------------------------------------------------------------------------------------------
@@ -172,27 +173,48 @@ pub(super) fn refused(me: u64, peer: usize, addr: SocketAddr, status: Status) ->
     ))
 }
 
-/// What a rank publishes under `{prefix}/addr/{rank}`: its listening address and the job id.
-fn published(addr: SocketAddr, job: u64) -> String {
-    format!("{addr} {job:016x}")
+/// What a rank publishes under `{prefix}/addr/{rank}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// Its listening address.
+    pub addr: SocketAddr,
+    /// The job id rank 0 drew.
+    pub job: u64,
+    /// Its TLS settings ([`Tls::token`]; empty with TLS off).
+    pub tls: String,
 }
 
-/// Parses what rank `peer` published: its address and job id.
-fn parse_entry(peer: usize, raw: &[u8]) -> Result<(SocketAddr, u64)> {
+impl Entry {
+    fn text(&self) -> String {
+        let (addr, job, tls) = (self.addr, self.job, &self.tls);
+        match tls.is_empty() {
+            true => format!("{addr} {job:016x}"),
+            false => format!("{addr} {job:016x} {tls}"),
+        }
+    }
+}
+
+/// Parses what rank `peer` published.
+fn parse_entry(peer: usize, raw: &[u8]) -> Result<Entry> {
     let text = String::from_utf8_lossy(raw);
-    text.split_once(' ')
-        .and_then(|(addr, job)| Some((addr.parse().ok()?, u64::from_str_radix(job, 16).ok()?)))
-        .ok_or_else(|| Error::network(format!("rank {peer} published a bad address {text:?}")))
+    let mut fields = text.split(' ');
+    let parsed = (|| {
+        let addr = fields.next()?.parse().ok()?;
+        let job = u64::from_str_radix(fields.next()?, 16).ok()?;
+        let tls = fields.next().unwrap_or_default().to_string();
+        Some(Entry { addr, job, tls })
+    })();
+    parsed.ok_or_else(|| Error::network(format!("rank {peer} published a bad address {text:?}")))
 }
 
-/// The addresses and job ids ranks `peers` published, in one store request (a rank's
-/// bootstrap costs the store O(1) requests, not one per peer).
+/// The entries ranks `peers` published, in one store request (a rank's bootstrap costs the
+/// store O(1) requests, not one per peer).
 pub fn peer_entries(
     store: &dyn Store,
     prefix: &str,
     peers: &[usize],
     deadline: Instant,
-) -> Result<Vec<(SocketAddr, u64)>> {
+) -> Result<Vec<Entry>> {
     if peers.is_empty() {
         return Ok(Vec::new());
     }
@@ -215,6 +237,8 @@ pub struct Mesh {
     pub udp: Option<UdpSocket>,
     /// The listening address of every peer (where its UDP socket is, too).
     pub addrs: Vec<Option<SocketAddr>>,
+    /// Every rank's TLS settings as it published them (this rank's too; [`Entry::tls`]).
+    pub tls: Vec<String>,
     /// The shortest handshake round trip this rank saw connecting to the lower ranks.
     pub round_trip: Option<Duration>,
     /// Where the higher ranks connect, kept for their extra streams ([`connect_streams`]).
@@ -265,7 +289,8 @@ fn bind_pair(ip: IpAddr) -> Result<(TcpListener, UdpSocket, SocketAddr)> {
 /// Connects this rank to the peers of the group that `now` names (every one: a full mesh; the
 /// rest are left to links on demand, [`super::OnDemand`]): publishes its listening address
 /// under `{prefix}/addr/{rank}`, dials the lower ranks named and accepts the higher ones, all
-/// before `deadline`, authenticating with `key` when given. Every rank must pass a symmetric
+/// before `deadline`, authenticating with `key` when given and publishing the settings of
+/// `tls` with its address (links are encrypted later, by the mesh). Every rank must pass a symmetric
 /// `now` (p names q exactly when q names p). Every peer's address is learnt either way, in
 /// two store requests.
 #[allow(clippy::too_many_arguments)]
@@ -277,16 +302,23 @@ pub fn connect_mesh_with(
     group: u32,
     deadline: Instant,
     key: Option<&AuthKey>,
+    tls: Option<&Tls>,
     now: &dyn Fn(usize) -> bool,
 ) -> Result<Mesh> {
     let mut socks: Vec<Option<TcpStream>> = (0..size).map(|_| None).collect();
     let mut addrs = vec![None; size];
+    let entry_key = |r: usize| format!("{prefix}/addr/{r}");
+    let mut tokens = vec![String::new(); size];
+    if let (Some(tls), Some(own)) = (tls, tokens.get_mut(rank)) {
+        *own = tls.token(key, &entry_key(rank));
+    }
     if size <= 1 {
         return Ok(Mesh {
             socks,
             job: 0,
             udp: None,
             addrs,
+            tls: tokens,
             round_trip: None,
             listener: None,
             early: Vec::new(),
@@ -298,27 +330,30 @@ pub fn connect_mesh_with(
     // Rank 0 draws the job id; the others learn it with rank 0's address.
     let first = match rank {
         0 => None,
-        _ => Some(peer_entries(store, prefix, &[0], deadline)?[0]),
+        _ => Some(peer_entries(store, prefix, &[0], deadline)?.remove(0)),
     };
-    let job = match first {
-        Some((_, job)) => job,
+    let job = match &first {
+        Some(entry) => entry.job,
         None => {
             let n = auth::nonce()?;
             u64::from_le_bytes([n[0], n[1], n[2], n[3], n[4], n[5], n[6], n[7]])
         }
     };
-    store.set(
-        &format!("{prefix}/addr/{rank}"),
-        published(addr, job).as_bytes(),
-    )?;
+    let own = Entry {
+        addr,
+        job,
+        tls: tokens[rank].clone(),
+    };
+    store.set(&entry_key(rank), own.text().as_bytes())?;
     let mut shortest_round_trip: Option<Duration> = None;
     let others: Vec<usize> = (1..rank).collect();
     let entries = first
         .into_iter()
         .chain(peer_entries(store, prefix, &others, deadline)?);
-    for (peer, (peer_addr, peer_job)) in entries.enumerate() {
-        check_job(prefix, peer, peer_job, job)?;
-        addrs[peer] = Some(peer_addr);
+    for (peer, entry) in entries.enumerate() {
+        check_job(prefix, peer, entry.job, job)?;
+        addrs[peer] = Some(entry.addr);
+        tokens[peer] = entry.tls;
         if !now(peer) {
             continue;
         }
@@ -331,7 +366,7 @@ pub fn connect_mesh_with(
             auth: key.is_some(),
             nonce: [0; NONCE_LEN],
         };
-        let (sock, round_trip) = dial(hello, key, peer, peer_addr, deadline)?;
+        let (sock, round_trip) = dial(hello, key, peer, entry.addr, deadline)?;
         shortest_round_trip = Some(shortest_round_trip.map_or(round_trip, |s| s.min(round_trip)));
         socks[peer] = Some(sock);
     }
@@ -371,19 +406,21 @@ pub fn connect_mesh_with(
     // The higher ranks have all published now (those linked dialled this one): one request
     // completes the addresses, for heartbeats and links on demand.
     let higher: Vec<usize> = (rank + 1..size).collect();
-    for (peer, (peer_addr, peer_job)) in higher
+    for (peer, entry) in higher
         .iter()
         .copied()
         .zip(peer_entries(store, prefix, &higher, deadline)?)
     {
-        check_job(prefix, peer, peer_job, job)?;
-        addrs[peer] = Some(peer_addr);
+        check_job(prefix, peer, entry.job, job)?;
+        addrs[peer] = Some(entry.addr);
+        tokens[peer] = entry.tls;
     }
     Ok(Mesh {
         socks,
         job,
         udp: Some(udp),
         addrs,
+        tls: tokens,
         round_trip: shortest_round_trip,
         listener: Some(listener),
         early,

@@ -29,7 +29,7 @@ pub(super) fn configure(sock: &TcpStream) -> Result<()> {
 
 /// Whether `sock` joins two hosts: its ends have different addresses (loopback and ranks
 /// that share a host do not). Both ends of a connection answer the same.
-pub(super) fn between_hosts(sock: &TcpStream) -> bool {
+pub fn between_hosts(sock: &TcpStream) -> bool {
     match (sock.local_addr(), sock.peer_addr()) {
         (Ok(local), Ok(peer)) => local.ip() != peer.ip(),
         _ => false,

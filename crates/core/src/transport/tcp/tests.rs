@@ -42,6 +42,7 @@ fn spawn_rank(
             GROUP,
             deadline,
             key.as_ref(),
+            None,
             &|_| true,
         )
         .map(|m| m.socks)
@@ -50,13 +51,15 @@ fn spawn_rank(
 
 /// Rank 0's listening address and the job id, once published.
 fn rank0(store: &HashStore, prefix: &str) -> (SocketAddr, u64) {
-    peer_entries(
+    let entry = peer_entries(
         store,
         prefix,
         &[0],
         Instant::now() + Duration::from_secs(20),
     )
-    .unwrap()[0]
+    .unwrap()
+    .remove(0);
+    (entry.addr, entry.job)
 }
 
 fn hello(job: u64, group: u32, size: u32, rank: u64) -> [u8; HELLO_LEN] {
