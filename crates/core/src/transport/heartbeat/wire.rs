@@ -19,10 +19,13 @@ const HEADER_LEN: usize = 24;
 /// else the failure's class: [`abort_class`]),
 /// the collective entered, the activity's age in ms, the text's length, the text.
 const STATUS_LEN: usize = 4 + 1 + 8 + 8 + 2;
+/// The longest failure text carried: a timeout's names the ranks missing, their last op and
+/// groups, which a peer's tests and users read whole (200 bytes cut such texts mid-word).
+const MAX_REASON: usize = 600;
 /// The longest datagram: the header, the longest status and failure, the sender's count, the
-/// tag.
+/// tag (under 1,200 bytes: one unfragmented datagram on any path).
 pub(super) const MAX_LEN: usize =
-    HEADER_LEN + STATUS_LEN + MAX_ACTIVITY + 2 + MAX_ACTIVITY + 8 + TAG_LEN;
+    HEADER_LEN + STATUS_LEN + MAX_ACTIVITY + 2 + MAX_REASON + 8 + TAG_LEN;
 /// How a failure learnt from a heartbeat says so.
 const LEARNT: &str = "learnt from its heartbeat";
 /// The HMAC label of heartbeats (apart from the connection handshakes').
@@ -110,7 +113,7 @@ pub(super) fn encode(
 ) -> Vec<u8> {
     let status = &said.status;
     let text = cut(&status.activity, MAX_ACTIVITY).as_bytes();
-    let reason = cut(&said.reason, MAX_ACTIVITY).as_bytes();
+    let reason = cut(&said.reason, MAX_REASON).as_bytes();
     let mut b = Vec::with_capacity(MAX_LEN);
     b.extend_from_slice(&MAGIC.to_le_bytes());
     b.extend_from_slice(&kind.to_le_bytes());
