@@ -1,9 +1,10 @@
-//! Criterion benches of the reduction kernels: `reduce_into` throughput per dtype, op and size,
-//! and four contributions of half precision reduced in f32 against the pairwise fold.
+//! Criterion benches of the reduction kernels: `reduce_into` throughput per dtype, op, size and
+//! path (every `Isa` this CPU runs: baseline, AVX2, AVX-512, AVX-512 with AVX512_BF16), and four
+//! contributions of half precision reduced in f32 against the pairwise fold.
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use rustdist_core::reduce::{reduce_in_f32, reduce_into};
+use rustdist_core::reduce::{reduce_in_f32_with, reduce_into, reduce_into_with, Isa};
 use rustdist_core::{DType, ReduceOp};
 
 fn kernels(c: &mut Criterion) {
@@ -14,17 +15,20 @@ fn kernels(c: &mut Criterion) {
         (DType::I64, ReduceOp::Max),
     ];
     for (dtype, op) in cases {
-        let mut g = c.benchmark_group(format!("reduce_into/{}/{}", dtype.name(), op.name()));
-        for bytes in [4usize << 10, 1 << 20, 16 << 20] {
-            // Bytes 0x3c give finite values for every dtype (bf16 1.17, f32 0.011).
-            let mut dst = vec![0x3cu8; bytes];
-            let src = vec![0x3cu8; bytes];
-            g.throughput(Throughput::Bytes(bytes as u64));
-            g.bench_function(BenchmarkId::from_parameter(size_name(bytes)), |b| {
-                b.iter(|| reduce_into(dtype, op, &mut dst, &src).unwrap())
-            });
+        for isa in Isa::supported_all() {
+            let name = format!("reduce_into/{}/{}/{}", dtype.name(), op.name(), isa.name());
+            let mut g = c.benchmark_group(name);
+            for bytes in [4usize << 10, 64 << 10, 1 << 20, 16 << 20] {
+                // Bytes 0x3c give finite values for every dtype (bf16 1.17, f32 0.011).
+                let mut dst = vec![0x3cu8; bytes];
+                let src = vec![0x3cu8; bytes];
+                g.throughput(Throughput::Bytes(bytes as u64));
+                g.bench_function(BenchmarkId::from_parameter(size_name(bytes)), |b| {
+                    b.iter(|| reduce_into_with(isa, dtype, op, &mut dst, &src).unwrap())
+                });
+            }
+            g.finish();
         }
-        g.finish();
     }
 }
 
@@ -46,9 +50,14 @@ fn four_contributions(c: &mut Criterion) {
                 }
             })
         });
-        g.bench_function("in_f32", |b| {
-            b.iter(|| reduce_in_f32(dtype, ReduceOp::Sum, &mut dst, 4, |p| &parts[p]).unwrap())
-        });
+        for isa in Isa::supported_all() {
+            g.bench_function(format!("in_f32/{}", isa.name()), |b| {
+                b.iter(|| {
+                    reduce_in_f32_with(isa, dtype, ReduceOp::Sum, &mut dst, 4, |p| &parts[p])
+                        .unwrap()
+                })
+            });
+        }
         g.finish();
     }
 }

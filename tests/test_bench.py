@@ -2,10 +2,12 @@
 table's formatting (on a fake engine table), the options, the collectives' expected values
 (against a numpy model of each collective), the plot writer, the progress bar, the launcher's
 event files and rank hook, the soak's verdict, one real --quick run (results checked, times
-not), and --train ddp / fsdp2 on a tiny model (its figures' shape checked, times not)."""
+not), --train ddp / fsdp2 on a tiny model (its figures' shape checked, times not), and
+--vs deepspeed: its table, and a tiny real run where DeepSpeed is installed."""
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import os
@@ -19,9 +21,12 @@ import pytest
 pytest.importorskip("torch")
 
 import rustdist._core as core  # noqa: E402
-from rustdist.bench import cli, launch, plot, selection, soak  # noqa: E402
+from rustdist.bench import (  # noqa: E402
+    cli, deepspeed_shm, launch, plot, selection, soak, vs_deepspeed,
+)
 from rustdist.bench.common import (  # noqa: E402
-    OPS, SIZES, Config, bound_core, expected, fmt_size, input_values, layout, parse_size,
+    DEEPSPEED_SIZES, DTYPE_BYTES, OPS, SIZES, Config, bound_core, expected, fmt_size,
+    input_values, layout, parse_size,
 )
 from rustdist.bench.progress import Progress  # noqa: E402
 
@@ -114,9 +119,20 @@ def test_options() -> None:
     binds = [cli._config(cli.parse_args(a), 4).bind
              for a in ([], ["--vs", "mpi"], ["--vs", "mpi", "--no-bind"], ["--bind"])]
     assert binds == [False, True, False, True]
+    ds = cli.parse_args(["--vs", "deepspeed"])
+    assert (ds.mode, ds.world, ds.ops, ds.dtypes, ds.bind) == (
+        "deepspeed", [2, 4], ["all_reduce"], list(DTYPE_BYTES), True)
+    assert ds.sizes == DEEPSPEED_SIZES and ds.sizes[-1] == 16 << 20
+    assert {8, 1 << 10, 64 << 10, 1 << 20, 16 << 20} <= set(ds.sizes)  # the issue's sizes
+    small = cli.parse_args(["--vs", "deepspeed", "--dtypes", "bfloat16", "--max-bytes", "64"])
+    assert (small.dtypes, small.sizes) == (["bfloat16"], (8, 16, 64))
+    assert cli._config(small, 2).dtypes == ("bfloat16",)
+    assert args.dtypes == ["float32"] and cli._config(args, 2).dtypes == ("float32",)
     for bad in (["--world", "1"], ["--world", "0"], ["--soak", "--vs", "mpi"],
                 ["--soak", "--device", "cuda"], ["--vs", "mpi", "--device", "cuda"],
-                ["--max-bytes", "4"], ["--ops", "gather"], ["--max-bytes", "lots"]):
+                ["--max-bytes", "4"], ["--ops", "gather"], ["--max-bytes", "lots"],
+                ["--vs", "deepspeed", "--ops", "broadcast"], ["--dtypes", "bfloat16"],
+                ["--vs", "deepspeed", "--soak"]):
         with pytest.raises(SystemExit):
             cli.parse_args(bad)
 
@@ -362,3 +378,82 @@ def test_train_run_reports_every_side_against_its_floor(tmp_path: Path, kind: st
             assert ops == {("all_gather_into_tensor", "torch.bfloat16"),
                            ("reduce_scatter_tensor", "torch.bfloat16")}, ops
     assert "rustdist (import swap)" in p.stdout and "step/floor" in p.stdout
+
+
+def _ds_row(world: int, dtype: str, nbytes: int, ds_us: float | None) -> dict[str, Any]:
+    peers: dict[str, Any] = {p: {"correct": True, "us": us} for p, us in (
+        ("rustdist-torch", 4.0), ("rustdist-swap", 1.0), ("gloo", 300.0))}
+    if ds_us is not None:
+        peers["deepspeed"] = {"correct": True, "us": ds_us}
+    row = {"world": world, "op": "all_reduce", "dtype": dtype, "bytes": nbytes, "peers": peers}
+    return {**row, "vs_deepspeed": vs_deepspeed.vs_deepspeed(row)}
+
+
+@pytest.mark.timeout(30)
+def test_vs_deepspeed_table_and_summary() -> None:
+    rows = [_ds_row(2, "bfloat16", 8, 2.0), _ds_row(2, "bfloat16", 64, 8.0),
+            _ds_row(2, "float16", 8, None)]
+    assert rows[0]["vs_deepspeed"] == {"rustdist-torch": 0.5, "rustdist-swap": 2.0}
+    assert rows[2]["vs_deepspeed"] == {}
+    head = [c.strip() for c in vs_deepspeed.header().split("|")]
+    assert head == ["size", "DeepSpeed us", "torch door us", "import swap us", "gloo us",
+                    "torch door vs DS", "import swap vs DS"]
+    assert [c.strip() for c in vs_deepspeed.fmt_row(rows[0]).split("|")] == [
+        "8 B", "2.0", "4.0", "1.0", "300.0", "0.50x", "2.00x"]
+    # DeepSpeed did not run for float16: its cells say so.
+    assert [c.strip() for c in vs_deepspeed.fmt_row(rows[2]).split("|")][1::4] == ["-", "-"]
+    table = vs_deepspeed.markdown_table(rows + [_ds_row(4, "bfloat16", 8, 9.0)], 2).splitlines()
+    assert len(table) == 2 + 3 and table[0].startswith("| dtype | bytes | DeepSpeed shm (us) |")
+    assert table[2] == "| bfloat16 | 8 B | 2.0 | 4.0 | 1.0 | 300 | 0.50x | 2.00x |"
+    assert table[4].endswith("| — | 4.0 | 1.0 | 300 | — | — |")
+    least = vs_deepspeed.summarize(rows, 1.0)["least_vs_deepspeed"]
+    assert [(x["door"], x["dtype"], x["ratio"], x["bytes"], x["every_size"]) for x in least] == [
+        ("rustdist-torch", "bfloat16", 0.5, 8, False),
+        ("rustdist-swap", "bfloat16", 2.0, 8, True)]
+
+
+@pytest.mark.timeout(30)
+def test_vs_deepspeed_without_deepspeed_says_how_to_get_it(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(deepspeed_shm.importlib.util, "find_spec", lambda name: None)
+    op = deepspeed_shm.build(str(tmp_path), say=print)
+    assert op.problem is not None and "requirements-bench.txt" in op.problem
+    assert op.dtypes(("float32", "bfloat16")) == ()
+
+
+def _ds_segments() -> set[str]:
+    return {f for f in os.listdir("/dev/shm") if f.startswith("deepspeed_allreduce_buffer_")}
+
+
+@pytest.mark.timeout(900)
+def test_vs_deepspeed_quick_run(tmp_path: Path) -> None:
+    """A tiny --vs deepspeed run (world 2, 8 B, bfloat16): every side right and timed, the
+    ratios there, DeepSpeed's segments gone. Its op is built once into target/ (a minute or
+    two the first time). CI's test venv has no DeepSpeed (requirements-bench.txt): it skips."""
+    if importlib.util.find_spec("deepspeed") is None:
+        pytest.skip("DeepSpeed is not installed (pip install -r requirements-bench.txt)")
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "TORCH_EXTENSIONS_DIR": os.environ.get(
+        "TORCH_EXTENSIONS_DIR", str(root / "target" / "torch-extensions"))}
+    out = tmp_path / "ds.json"
+    before = _ds_segments()
+    p = run_reaped([sys.executable, "-m", "rustdist.bench", "--vs", "deepspeed", "--world",
+                    "2", "--max-bytes", "8", "--dtypes", "bfloat16", "--quick", "--json",
+                    str(out)], timeout=880, cwd=tmp_path, env=env)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-6000:]
+    doc = json.loads(out.read_text())
+    if doc["deepspeed"]["skipped"]:
+        pytest.skip(f"DeepSpeed's op cannot run here: {doc['deepspeed']['skipped']}")
+    assert doc["mode"] == "deepspeed" and doc["deepspeed"]["dtypes"] == ["bfloat16"]
+    assert doc["peers"] == list(vs_deepspeed.PEERS)
+    (row,) = doc["results"]
+    assert (row["world"], row["op"], row["dtype"], row["bytes"]) == (2, "all_reduce",
+                                                                     "bfloat16", 8)
+    for peer in vs_deepspeed.PEERS:
+        assert row["peers"][peer]["correct"] is True
+        assert row["peers"][peer]["us"] > 0 and len(row["peers"][peer]["rounds_us"]) == 5
+    assert set(row["vs_deepspeed"]) == set(vs_deepspeed.DOORS)
+    assert all(r > 0 for r in row["vs_deepspeed"].values())
+    assert doc["summary"]["wrong"] == []
+    assert "world 2 · all_reduce bfloat16" in p.stdout
+    assert _ds_segments() <= before

@@ -1,8 +1,11 @@
-"""Benchmark rustdist against torch.distributed's gloo (and Open MPI, and torch's NCCL).
+"""Benchmark rustdist against torch.distributed's gloo (and Open MPI, NCCL, DeepSpeed's shm).
 
 Run as ``python -m rustdist.bench`` (``./dev bench`` builds the wheel and runs it). Modes:
 
 * default: rustdist vs gloo on CPU tensors; ``--vs mpi`` adds Open MPI through mpi4py.
+* ``--vs deepspeed``: all_reduce in float32, bfloat16 and float16 against DeepSpeed's
+  shared-memory ``inference_all_reduce``, rustdist through the torch door and the import swap,
+  and gloo (``vs_deepspeed.py``, ``deepspeed_shm.py``).
 * ``--device cuda``: rustdist's NCCL path vs torch's ProcessGroupNCCL on CUDA tensors.
 * ``--soak``: 100,000 mixed operations through rustdist, watching memory, fds and threads.
 * ``--scale``: a world's cost against its size (8 ... 512 ranks, numpy ranks without torch):
@@ -15,7 +18,7 @@ with ``--vs mpi`` one ``mpirun --allow-run-as-root --oversubscribe -np W`` job, 
 rank holds an MPI communicator (mpi4py's ``COMM_WORLD``, Open MPI's defaults: shared memory
 between ranks on one host). Every rank joins rustdist's world (the default group, on a free
 port of 127.0.0.1) and a gloo group of the same ranks (``torch.distributed.new_group(
-backend="gloo")``, torch's gloo as it is). With ``--vs mpi`` (or ``--bind``), where a world has
+backend="gloo")``, torch's gloo as it is). With ``--vs`` (or ``--bind``), where a world has
 more ranks than the host has cores, rank r is bound to core r mod cores before anything else
 starts, as Open MPI binds ranks that fit: unbound, the scheduler keeps 3 ranks on one core of 2
 for seconds at a time, which makes a collective 1.5x slower, and rounds of different peers then

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import subprocess
 import sys
@@ -13,14 +12,17 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 from . import __doc__ as PACKAGE_DOC
 from . import plot, recovery, report, scale, soak, train
-from .common import LABELS, OPS, SIZES, Config, fmt_size, machine, parse_size
+from .common import (
+    DEEPSPEED_SIZES, DTYPE_BYTES, LABELS, OPS, SIZES, Config, fmt_size, machine, parse_size,
+    round_plan, write_json,
+)
 from .launch import Launcher, free_port, mpi_problem, mpi_version, run_world, start_ranks
 from .progress import Progress
 from .selection import format_selection, selection_table
 
 MASTER_ADDR = "127.0.0.1"
-DEFAULT_WORLDS = {"compare": [2, 4], "cuda": [1], "soak": [4], "recovery": [2, 3, 4],
-                  "train": [2, 4], "scale": [8, 16, 32, 64]}
+DEFAULT_WORLDS = {"compare": [2, 4], "deepspeed": [2, 4], "cuda": [1], "soak": [4],
+                  "recovery": [2, 3, 4], "train": [2, 4], "scale": [8, 16, 32, 64]}
 SOAK_OPS = 100_000
 MAX_ITERS = 2000
 
@@ -33,21 +35,28 @@ def _world_size(text: str) -> int:
 
 
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
-    """The options, with ``mode`` ("compare", "cuda", "soak") and ``world`` resolved."""
+    """The options, with ``mode`` ("compare", "deepspeed", "cuda", "soak", ...), ``world``,
+    ``ops``, ``dtypes`` and ``sizes`` resolved."""
     p = argparse.ArgumentParser(prog="python -m rustdist.bench",
                                 description=(PACKAGE_DOC or "").splitlines()[0])
     p.add_argument("--world", type=_world_size, nargs="+",
                    help="world sizes (default: 2 4; 1 with --device cuda; 4 with --soak)")
-    p.add_argument("--ops", nargs="+", choices=OPS, default=list(OPS),
-                   help="collectives to run (default: all)")
-    p.add_argument("--max-bytes", type=parse_size, default=SIZES[-1],
-                   help="largest size, e.g. 2M (default: 64MiB)")
+    p.add_argument("--ops", nargs="+", choices=OPS,
+                   help="collectives to run (default: all; all_reduce with --vs deepspeed)")
+    p.add_argument("--dtypes", nargs="+", choices=list(DTYPE_BYTES),
+                   help="with --vs deepspeed: element types (default: all three); the other "
+                        "modes run float32")
+    p.add_argument("--max-bytes", type=parse_size,
+                   help="largest size, e.g. 2M (default: 64MiB; 16MiB with --vs deepspeed)")
     p.add_argument("--quick", action="store_true", help="fewer, shorter rounds")
     p.add_argument("--json", default="bench-results.json",
                    help="where to write the results (default: bench-results.json); the plots "
                         "go next to it (bench-results-<op>.png)")
-    p.add_argument("--vs", choices=["mpi"],
-                   help="also compare with Open MPI (mpi4py; the ranks run under mpirun)")
+    p.add_argument("--vs", choices=["mpi", "deepspeed"],
+                   help="mpi: also compare with Open MPI (mpi4py; the ranks run under mpirun); "
+                        "deepspeed: all_reduce against DeepSpeed's shared-memory "
+                        "inference_all_reduce, rustdist through the torch door and the import "
+                        "swap, and gloo (vs_deepspeed.py)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                    help="cuda: rustdist's NCCL path vs torch's ProcessGroupNCCL, a GPU per rank")
     p.add_argument("--soak", action="store_true",
@@ -70,7 +79,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--bind", action=argparse.BooleanOptionalAction,
                    help="where a world has more ranks than the host has cores, run rank r on "
                         "core r mod cores, the same for every peer (they share the rank "
-                        "processes); default: with --vs mpi only")
+                        "processes); default: with --vs mpi or --vs deepspeed only")
     p.add_argument("--show-selection", action="store_true",
                    help="print which algorithm rustdist picks per collective, link kind, world "
                         "and size, and run nothing")
@@ -98,36 +107,44 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     if args.delay < 0 or (args.delay and not args.link):
         p.error("--delay is a non-negative number of milliseconds, given with --link")
     if args.vs and args.device == "cuda":
-        p.error("--vs mpi compares CPU collectives; not with --device cuda")
+        p.error("--vs compares CPU collectives; not with --device cuda")
     if args.bind is None:
-        args.bind = args.vs == "mpi"
+        args.bind = bool(args.vs)
     args.mode = ("scale" if args.scale else "train" if args.train else "soak" if args.soak
                  else "recovery" if args.recovery
-                 else "cuda" if args.device == "cuda" else "compare")
+                 else "cuda" if args.device == "cuda"
+                 else "deepspeed" if args.vs == "deepspeed" else "compare")
+    if args.mode == "deepspeed":
+        if args.ops not in (None, ["all_reduce"]):
+            p.error("--vs deepspeed times all_reduce alone (DeepSpeed's op is all_reduce SUM)")
+        args.ops, args.dtypes = ["all_reduce"], args.dtypes or list(DTYPE_BYTES)
+    elif args.dtypes not in (None, ["float32"]):
+        p.error("--dtypes other than float32 need --vs deepspeed")
+    else:
+        args.ops, args.dtypes = args.ops or list(OPS), ["float32"]
+    # The dtypes DeepSpeed's op runs here: vs_deepspeed.run finds them out.
+    args.deepspeed_dtypes = []
     args.world = args.world or DEFAULT_WORLDS[args.mode]
     if args.mode != "cuda" and not args.show_selection and min(args.world) < 2:
         p.error("world sizes start at 2 (1 only with --device cuda)")
     if args.soak_ops < 1:
         p.error("--soak-ops must be positive")
-    args.sizes = tuple(s for s in SIZES if s <= args.max_bytes)
+    ladder = DEEPSPEED_SIZES if args.mode == "deepspeed" else SIZES
+    args.sizes = tuple(s for s in ladder if args.max_bytes is None or s <= args.max_bytes)
     if not args.sizes:
-        p.error(f"--max-bytes must be at least {SIZES[0]}")
+        p.error(f"--max-bytes must be at least {ladder[0]}")
     return args
-
-
-def _rounds(args: argparse.Namespace) -> tuple[int, float]:
-    """Rounds per case and the target seconds of one side's round."""
-    return (5, 0.01) if args.quick else (15, 0.03)
 
 
 def _config(args: argparse.Namespace, world: int, master_addr: str = MASTER_ADDR) -> Config:
     """The config of one world, on a port free now (taken when the world starts)."""
-    rounds, round_seconds = _rounds(args)
+    rounds, round_seconds = round_plan(args.quick)
     port = free_port(MASTER_ADDR) if master_addr == MASTER_ADDR else 29500
     return Config(mode=args.mode, world=world, ops=tuple(args.ops), sizes=args.sizes,
                   rounds=rounds, round_seconds=round_seconds, max_iters=MAX_ITERS,
                   mpi=args.vs == "mpi", master_addr=master_addr,
-                  master_port=port, soak_ops=args.soak_ops, bind=args.bind)
+                  master_port=port, soak_ops=args.soak_ops, bind=args.bind,
+                  dtypes=tuple(args.dtypes), deepspeed=tuple(args.deepspeed_dtypes))
 
 
 @contextlib.contextmanager
@@ -163,12 +180,6 @@ def _link_words(args: argparse.Namespace) -> str:
     return f"{args.link} (tc tbf) and {args.delay:g} ms one way ({how})"
 
 
-def _write_json(path: str, doc: dict[str, Any]) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=1)
-    print(f"results written to {path}")
-
-
 def _run(args: argparse.Namespace, world: int, on_event: Callable[[dict[str, Any]], None],
          progress: Progress) -> None:
     """One world; a failed rank ends the bench (its traceback is already on stderr)."""
@@ -187,7 +198,7 @@ def compare(args: argparse.Namespace, mach: dict[str, Any]) -> int:
     cuda = args.mode == "cuda"
     peers = ["rustdist", "torch_nccl"] if cuda else ["rustdist", "gloo"] + (
         ["mpi"] if args.vs == "mpi" else [])
-    rounds, round_s = _rounds(args)
+    rounds, round_s = round_plan(args.quick)
     print(f"{' vs '.join(LABELS[p] for p in peers)} | {mach['cpu']} | "
           f"{mach['usable_cores']}/{mach['cores']} cores | Python {mach['python']} | "
           f"torch {mach['torch']} | rustdist {mach['rustdist']} ({mach['rustdist_links']})"
@@ -224,8 +235,8 @@ def compare(args: argparse.Namespace, mach: dict[str, Any]) -> int:
     progress.close()
     summary = report.summarize(rows, fronts, peers, time.perf_counter() - start)
     print("\nsummary: " + "\n         ".join(report.summary_lines(summary)))
-    plots = _plots(rows, args.json, mach)
-    _write_json(args.json, {
+    plots = plot.write_run_plots(rows, args.json, mach)
+    write_json(args.json, {
         "machine": mach, "mode": args.mode, "peers": peers,
         "launcher": ("mpirun --allow-run-as-root --oversubscribe" if args.vs else
                      f"a test host per rank, links shaped to {_link_words(args)}" if args.link
@@ -237,16 +248,6 @@ def compare(args: argparse.Namespace, mach: dict[str, Any]) -> int:
                    "rounds": rounds, "round_seconds": round_s, "max_iters": MAX_ITERS},
         "results": rows, "front_door": fronts, "summary": summary, "plots": plots})
     return 1 if summary["wrong"] else 0
-
-
-def _plots(rows: list[dict[str, Any]], json_path: str, mach: dict[str, Any]) -> list[str]:
-    if not plot.available():
-        print(f"plots skipped: {plot.MISSING}")
-        return []
-    paths = plot.write_plots(rows, json_path, f"{mach['cpu']}, {mach['usable_cores']} cores, "
-                                              f"torch {mach['torch']}, rustdist {mach['rustdist']}")
-    print(f"plots written: {', '.join(paths)}")
-    return paths
 
 
 def soak_run(args: argparse.Namespace, mach: dict[str, Any]) -> int:
@@ -280,11 +281,11 @@ def soak_run(args: argparse.Namespace, mach: dict[str, Any]) -> int:
         results[world] = {"passed": not problems, "problems": problems, "samples": samples}
         progress.print("\n".join(problems) if problems else f"world {world}: passed")
     progress.close()
-    _write_json(args.json, {"machine": mach, "mode": "soak",
-                            "config": {"worlds": args.world, "ops": args.soak_ops,
-                                       "sample_every": soak.SAMPLE_EVERY,
-                                       "warmup_ops": soak.WARMUP_OPS},
-                            "soak": results})
+    write_json(args.json, {"machine": mach, "mode": "soak",
+                           "config": {"worlds": args.world, "ops": args.soak_ops,
+                                      "sample_every": soak.SAMPLE_EVERY,
+                                      "warmup_ops": soak.WARMUP_OPS},
+                           "soak": results})
     return 1 if failed else 0
 
 
@@ -320,10 +321,10 @@ def recovery_run(args: argparse.Namespace, mach: dict[str, Any]) -> int:
         else:
             os.environ["RUSTDIST_SHM"] = saved
     progress.close()
-    _write_json(args.json, {"machine": mach, "mode": "recovery",
-                            "config": {"worlds": args.world, "rounds": args.recovery_rounds,
-                                       "blocked_bytes": recovery.BLOCKED_BYTES},
-                            "recovery": results})
+    write_json(args.json, {"machine": mach, "mode": "recovery",
+                           "config": {"worlds": args.world, "rounds": args.recovery_rounds,
+                                      "blocked_bytes": recovery.BLOCKED_BYTES},
+                           "recovery": results})
     return 0
 
 
@@ -343,6 +344,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     mach = machine()
     if args.vs == "mpi":
         mach["mpi"] = mpi_version()
+    if args.mode == "deepspeed":
+        # Imported here, not at the top: `python -m` runs it (the docs' table) and the
+        # module it imports (the op's build), which the package must not import first.
+        from .vs_deepspeed import run as deepspeed_run
+
+        return deepspeed_run(args, mach, _run)
     runs = {"soak": soak_run, "recovery": recovery_run, "train": train.train_run,
             "scale": scale.scale_run}
     return runs.get(args.mode, compare)(args, mach)

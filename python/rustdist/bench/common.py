@@ -15,8 +15,14 @@ import numpy as np
 OPS = ("all_reduce", "broadcast", "all_gather", "reduce_scatter", "all_to_all")
 SIZES = (8, 64, 512, 4 << 10, 32 << 10, 256 << 10, 2 << 20, 16 << 20, 64 << 20)
 ELEM = 4  # float32
+#: The sizes of ``--vs deepspeed``: 8 B and the powers of 4 from 16 B to 16 MiB.
+DEEPSPEED_SIZES = (8,) + tuple(16 << (2 * k) for k in range(11))
+#: The element types a run can time (``--dtypes``, with ``--vs deepspeed``), and their bytes.
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 #: How reports and plots name the peers.
-LABELS = {"rustdist": "rustdist", "gloo": "gloo", "mpi": "Open MPI", "torch_nccl": "torch NCCL"}
+LABELS = {"rustdist": "rustdist", "gloo": "gloo", "mpi": "Open MPI", "torch_nccl": "torch NCCL",
+          "deepspeed": "DeepSpeed shm", "rustdist-torch": "rustdist torch door",
+          "rustdist-swap": "rustdist import swap"}
 #: Ops whose tensors hold one chunk per rank (the size is the whole, chunk * world).
 CHUNKED = ("all_gather", "reduce_scatter", "all_to_all")
 
@@ -25,7 +31,7 @@ CHUNKED = ("all_gather", "reduce_scatter", "all_to_all")
 class Config:
     """What every rank of one world runs (written by the launcher as JSON, read by ranks)."""
 
-    mode: str  # "compare" (CPU, vs gloo and maybe MPI), "cuda", "soak" or "recovery"
+    mode: str  # "compare" (CPU, vs gloo and maybe MPI), "deepspeed", "cuda", "soak", "recovery"
     world: int
     ops: tuple[str, ...]
     sizes: tuple[int, ...]
@@ -37,6 +43,8 @@ class Config:
     master_port: int
     soak_ops: int
     bind: bool  # bind each rank to one core where the world has more ranks than cores
+    dtypes: tuple[str, ...] = ("float32",)  # the element types of the cases, in this order
+    deepspeed: tuple[str, ...] = ()  # the dtypes DeepSpeed's shared-memory op runs (its side)
 
     def to_json(self) -> str:
         """The config as JSON text."""
@@ -46,7 +54,20 @@ class Config:
     def from_json(cls, text: str) -> Config:
         """The config `to_json` wrote."""
         d = json.loads(text)
-        return cls(**{**d, "ops": tuple(d["ops"]), "sizes": tuple(d["sizes"])})
+        return cls(**{**d, **{k: tuple(d[k]) for k in ("ops", "sizes", "dtypes", "deepspeed")}})
+
+
+def round_plan(quick: bool) -> tuple[int, float]:
+    """Rounds per case and the target seconds of one side's round (``--quick``: fewer,
+    shorter)."""
+    return (5, 0.01) if quick else (15, 0.03)
+
+
+def write_json(path: str, doc: dict[str, Any]) -> None:
+    """Writes a run's results to `path` and says so."""
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=1)
+    print(f"results written to {path}")
 
 
 def bound_core(rank: int, world: int, cpus: Sequence[int]) -> Optional[int]:
@@ -70,24 +91,25 @@ class Layout:
     chunk: int
     n_in: int
     n_out: int
+    elem: int = ELEM  # bytes per element
 
     @property
     def nbytes(self) -> int:
         """The size as nccl-tests reports it (see the package docstring)."""
-        return max(self.n_in, self.n_out) * ELEM
+        return max(self.n_in, self.n_out) * self.elem
 
 
-def layout(op: str, size: int, world: int) -> Layout:
-    """The buffers of `op` at `size` bytes (rounded down to whole chunks, at least one element
-    per rank)."""
-    elems = max(1, size // ELEM)
+def layout(op: str, size: int, world: int, elem: int = ELEM) -> Layout:
+    """The buffers of `op` at `size` bytes of `elem`-byte elements (rounded down to whole
+    chunks, at least one element per rank)."""
+    elems = max(1, size // elem)
     if op not in CHUNKED:
-        return Layout(op, world, elems, elems, 0)
+        return Layout(op, world, elems, elems, 0, elem)
     chunk = max(1, elems // world)
     whole = chunk * world
     n_in = chunk if op == "all_gather" else whole
     n_out = chunk if op == "reduce_scatter" else whole
-    return Layout(op, world, chunk, n_in, n_out)
+    return Layout(op, world, chunk, n_in, n_out, elem)
 
 
 def input_values(lay: Layout, rank: int) -> np.ndarray:

@@ -21,20 +21,26 @@ def available() -> bool:
     return True
 
 
-def plot_path(json_path: str, op: str) -> str:
-    """Where the plot of `op` goes: ``results.json`` -> ``results-all_reduce.png``."""
+def plot_path(json_path: str, name: str) -> str:
+    """Where the plot `name` (an op, maybe with its dtype) goes: ``results.json`` ->
+    ``results-all_reduce.png``."""
     stem = json_path[:-5] if json_path.endswith(".json") else json_path
-    return f"{stem}-{op}.png"
+    return f"{stem}-{name}.png"
 
 
 def write_plots(rows: Sequence[dict[str, Any]], json_path: str, title: str) -> list[str]:
-    """Writes one PNG per collective in `rows` (the benchmark's result rows); returns the
-    paths. `title` goes under each figure's heading (the machine, say)."""
+    """Writes one PNG per collective in `rows` (the benchmark's result rows), and per dtype
+    where a row is not float32 (``<op>-<dtype>`` in the name); returns the paths. `title` goes
+    under each figure's heading (the machine, say)."""
     from matplotlib.figure import Figure
 
+    def dtype(row: dict[str, Any]) -> str:
+        return str(row.get("dtype", "float32"))
+
+    named = {dtype(r) for r in rows} != {"float32"}
     paths = []
-    for op in dict.fromkeys(r["op"] for r in rows):
-        mine = [r for r in rows if r["op"] == op]
+    for op, kind in dict.fromkeys((r["op"], dtype(r)) for r in rows):
+        mine = [r for r in rows if (r["op"], dtype(r)) == (op, kind)]
         worlds = sorted({r["world"] for r in mine})
         fig = Figure(figsize=(5.5 * len(worlds), 8), layout="constrained")
         axes = fig.subplots(2, len(worlds), squeeze=False)
@@ -56,12 +62,26 @@ def write_plots(rows: Sequence[dict[str, Any]], json_path: str, title: str) -> l
                 ax.set_xscale("log", base=2)
                 ticks = [r["bytes"] for r in here]
                 ax.set_xticks(ticks, [fmt_size(t) for t in ticks], rotation=45, fontsize=8)
-                ax.set_xlabel("size (float32)")
+                ax.set_xlabel(f"size ({kind})")
                 ax.grid(True, which="both", alpha=0.3)
                 ax.legend(fontsize=8)
-        fig.suptitle(f"{op}\n{title}", fontsize=10)
-        path = plot_path(json_path, op)
+        name = f"{op}-{kind}" if named else op
+        fig.suptitle(f"{name}\n{title}", fontsize=10)
+        path = plot_path(json_path, name)
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         fig.savefig(path, dpi=100)
         paths.append(path)
+    return paths
+
+
+def write_run_plots(rows: Sequence[dict[str, Any]], json_path: str,
+                    mach: dict[str, Any]) -> list[str]:
+    """A run's plots beside its JSON, titled with its machine (``common.machine()``); prints
+    where they went, or why there are none."""
+    if not available():
+        print(f"plots skipped: {MISSING}")
+        return []
+    paths = write_plots(rows, json_path, f"{mach['cpu']}, {mach['usable_cores']} cores, "
+                                         f"torch {mach['torch']}, rustdist {mach['rustdist']}")
+    print(f"plots written: {', '.join(paths)}")
     return paths

@@ -21,7 +21,7 @@ import torch.distributed as td
 
 import rustdist as rd
 
-from .common import Config, bandwidths, bound_core, layout
+from .common import DTYPE_BYTES, Config, bandwidths, bound_core, layout
 from .launch import CONFIG_FILE, Emitter
 from .sides import Call, Side, check, mpi_side, torch_side
 
@@ -96,9 +96,10 @@ class Timer:
 
 def bench_case(sides: list[Side], timer: Timer, rank: int, op: str,
                size: int) -> Optional[dict[str, Any]]:
-    """Checks and times one (op, size) on every side; returns the row on rank 0."""
-    world = timer.cfg.world
-    lay = layout(op, size, world)
+    """Checks and times one (op, size) on every side (in the first side's dtype); returns the
+    row on rank 0."""
+    world, dtype = timer.cfg.world, sides[0].dtype
+    lay = layout(op, size, world, DTYPE_BYTES[dtype])
     calls, oks = [], []
     # Every side works on the same buffers (each checks on them, then times on zeros), so
     # that where their pages lie cannot favour one side.
@@ -126,7 +127,8 @@ def bench_case(sides: list[Side], timer: Timer, rank: int, op: str,
     base = peers[sides[0].name].get("us")
     speedup = {f"vs_{name}": p["us"] / base for name, p in peers.items()
                if name != sides[0].name and base and "us" in p}
-    return {"world": world, "op": op, "bytes": lay.nbytes, "peers": peers, "speedup": speedup}
+    return {"world": world, "op": op, "dtype": dtype, "bytes": lay.nbytes, "peers": peers,
+            "speedup": speedup}
 
 
 def front_door_case(timer: Timer, rank: int) -> Optional[dict[str, Any]]:
@@ -150,7 +152,7 @@ def _run_cases(sides: list[Side], timer: Timer, rank: int, out: Emitter) -> None
     for op in timer.cfg.ops:
         for size in timer.cfg.sizes:
             if rank == 0:
-                out.emit("case", op=op, bytes=size)
+                out.emit("case", op=op, bytes=size, dtype=sides[0].dtype)
             row = bench_case(sides, timer, rank, op, size)
             if row is not None:
                 out.emit("row", **row)
@@ -179,6 +181,23 @@ def _compare(cfg: Config, rank: int, out: Emitter) -> None:
     row = front_door_case(timer, rank)
     if row is not None:
         out.emit("front_door", **row)
+
+
+def _deepspeed(cfg: Config, rank: int, out: Emitter) -> None:
+    """all_reduce of each dtype: rustdist through the torch door and the import swap vs
+    DeepSpeed's shared-memory op and gloo, on the same buffers."""
+    from .deepspeed_shm import rank_sides
+
+    gloo = td.new_group(backend="gloo", timeout=OP_TIMEOUT)
+
+    def barrier() -> None:
+        rd.barrier()
+        td.barrier(group=gloo)
+
+    timer = Timer(cfg, barrier)
+    with rank_sides(cfg, rank, gloo) as sides_of:
+        for dtype in cfg.dtypes:
+            _run_cases(sides_of(dtype), timer, rank, out)
 
 
 def _cuda(cfg: Config, rank: int, out: Emitter) -> None:
@@ -217,6 +236,8 @@ def main(argv: Optional[list[str]] = None) -> None:
             recovery_rank(cfg, rank, out)
         elif cfg.mode == "cuda":
             _cuda(cfg, rank, out)
+        elif cfg.mode == "deepspeed":
+            _deepspeed(cfg, rank, out)
         else:
             _compare(cfg, rank, out)
     finally:

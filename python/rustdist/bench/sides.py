@@ -1,6 +1,7 @@
 """The sides a benchmark compares, each as buffers and one blocking call per collective:
 torch tensors through the ``torch.distributed`` API (rustdist's module, or torch's on a gloo
-or NCCL group) and numpy buffers through mpi4py."""
+or NCCL group), numpy buffers through mpi4py, and (``deepspeed_shm.py``) DeepSpeed's
+shared-memory all_reduce."""
 
 from __future__ import annotations
 
@@ -23,12 +24,22 @@ class Side:
     """One implementation under test."""
 
     name: str
-    #: A float32 buffer of n elements.
+    #: A buffer of n elements of `dtype`.
     alloc: Callable[[int], Any]
     #: (op, input, output) -> one blocking call of op.
     make_call: Callable[[str, Any, Any], Call]
     #: This side's view of a buffer another side allocated (a torch tensor on the host).
     view: Callable[[Any], Any] = _same
+    #: The element type of its buffers (a key of ``common.DTYPE_BYTES``).
+    dtype: str = "float32"
+
+
+def torch_alloc(dtype: str = "float32", device: str = "cpu") -> Callable[[int], Any]:
+    """Allocates torch tensors of n elements of `dtype` (torch's name) on `device`."""
+    import torch
+
+    kind = getattr(torch, dtype)
+    return lambda n: torch.empty(n, dtype=kind, device=device)
 
 
 def _either(dist: Any, name: str, old: str) -> Callable[..., Any]:
@@ -38,11 +49,10 @@ def _either(dist: Any, name: str, old: str) -> Callable[..., Any]:
     return getattr(dist, name, None) or getattr(dist, old)
 
 
-def torch_side(name: str, dist: Any, group: Optional[Any] = None, device: str = "cpu") -> Side:
+def torch_side(name: str, dist: Any, group: Optional[Any] = None, device: str = "cpu",
+               dtype: str = "float32") -> Side:
     """`dist` (``rustdist`` or ``torch.distributed``) on `group` (None: the default group),
-    with torch tensors on `device`."""
-    import torch
-
+    with torch tensors of `dtype` on `device`."""
     all_gather = _either(dist, "all_gather_single", "all_gather_into_tensor")
     reduce_scatter = _either(dist, "reduce_scatter_single", "reduce_scatter_tensor")
 
@@ -57,7 +67,7 @@ def torch_side(name: str, dist: Any, group: Optional[Any] = None, device: str = 
             return lambda: reduce_scatter(out, inp, group=group)
         return lambda: dist.all_to_all_single(out, inp, group=group)
 
-    return Side(name, lambda n: torch.empty(n, dtype=torch.float32, device=device), make_call)
+    return Side(name, torch_alloc(dtype, device), make_call, dtype=dtype)
 
 
 def mpi_side(comm: Any, mpi: Any) -> Side:
@@ -77,12 +87,8 @@ def mpi_side(comm: Any, mpi: Any) -> Side:
             return lambda: comm.Reduce_scatter_block(inp, out)
         return lambda: comm.Alltoall(inp, out)
 
-    def alloc(n: int) -> np.ndarray:
-        import torch
-
-        return torch.empty(n, dtype=torch.float32).numpy()
-
-    return Side("mpi", alloc, make_call, view=lambda t: t.numpy())
+    tensor = torch_alloc()
+    return Side("mpi", lambda n: tensor(n).numpy(), make_call, view=lambda t: t.numpy())
 
 
 def load(buf: Any, values: np.ndarray) -> None:
@@ -96,8 +102,9 @@ def load(buf: Any, values: np.ndarray) -> None:
 
 
 def read(buf: Any) -> np.ndarray:
-    """`buf`'s values on the host."""
-    return buf if isinstance(buf, np.ndarray) else buf.cpu().numpy()
+    """`buf`'s values on the host (float32 where the tensor is bfloat16 or float16, which the
+    check's small integers survive exactly)."""
+    return buf if isinstance(buf, np.ndarray) else buf.cpu().float().numpy()
 
 
 def check(call: Call, lay: Layout, rank: int, inp: Any, out: Any) -> bool:

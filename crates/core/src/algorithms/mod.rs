@@ -121,7 +121,13 @@ pub fn all_reduce(
     check_whole_elements(ctx, "buffer", buf.len())?;
     let single_copy = common::single_copy_available(t);
     match algos
-        .all_reduce(buf.len(), t.size(), t.link_kind(), single_copy)
+        .all_reduce(
+            buf.len(),
+            ctx.sig.dtype,
+            t.size(),
+            t.link_kind(),
+            single_copy,
+        )
         .noted()
     {
         AllReduceAlgo::Ring => {

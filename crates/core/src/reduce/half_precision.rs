@@ -5,7 +5,8 @@ use half::f16;
 #[cfg(not(target_arch = "aarch64"))]
 use half::slice::HalfFloatSliceExt;
 
-use super::elementwise::{max_nan, min_nan, zip, zip_blocks, BLOCK};
+use super::elementwise::{max_nan, min_nan, with_isa, zip, zip_blocks, BLOCK};
+use super::isa::Isa;
 use crate::error::{Error, Result};
 use crate::types::{DType, ReduceOp};
 
@@ -28,6 +29,19 @@ pub fn reduce_in_f32<'a>(
     n: usize,
     part: impl Fn(usize) -> &'a [u8],
 ) -> Result<()> {
+    reduce_in_f32_with(Isa::best(), dtype, op, dst, n, part)
+}
+
+/// [`reduce_in_f32`] on the kernels of `isa` (an error where the CPU lacks it).
+pub fn reduce_in_f32_with<'a>(
+    isa: Isa,
+    dtype: DType,
+    op: ReduceOp,
+    dst: &mut [u8],
+    n: usize,
+    part: impl Fn(usize) -> &'a [u8],
+) -> Result<()> {
+    let isa = isa.checked()?;
     if !accumulates_in_f32(dtype, op, n) {
         return Err(Error::Runtime(format!(
             "reduce_in_f32: not for {} {op:?} of {n} contributions",
@@ -40,24 +54,8 @@ pub fn reduce_in_f32<'a>(
             dst.len()
         )));
     }
-    // Compiled for AVX2 where the CPU has it, as the pairwise kernels are (`run_kernel`).
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        #[target_feature(enable = "avx2")]
-        unsafe fn avx2<'a>(
-            dtype: DType,
-            op: ReduceOp,
-            dst: &mut [u8],
-            n: usize,
-            part: &impl Fn(usize) -> &'a [u8],
-        ) {
-            accumulate(dtype, op, dst, n, part)
-        }
-        // SAFETY: the CPU has AVX2.
-        unsafe { avx2(dtype, op, dst, n, &part) };
-        return Ok(());
-    }
-    accumulate(dtype, op, dst, n, &part);
+    // Compiled for `isa`, as the pairwise kernels are (`run_kernel`).
+    with_isa(isa, || accumulate(isa, dtype, op, dst, n, &part));
     Ok(())
 }
 
@@ -65,6 +63,7 @@ pub fn reduce_in_f32<'a>(
 /// and folded into an f32 accumulator, rounded once into `dst`.
 #[inline(always)]
 fn accumulate<'a>(
+    isa: Isa,
     dtype: DType,
     op: ReduceOp,
     dst: &mut [u8],
@@ -76,7 +75,7 @@ fn accumulate<'a>(
         let at = i * 2 * BLOCK..i * 2 * BLOCK + d.len();
         let k = d.len() / 2;
         let acc = &mut acc[..k];
-        widen(dtype, &part(0)[at.clone()], acc);
+        widen(isa, dtype, &part(0)[at.clone()], acc);
         for p in 1..n {
             let bytes = &part(p)[at.clone()];
             match (dtype, bytemuck::try_cast_slice::<u8, u16>(bytes)) {
@@ -91,7 +90,7 @@ fn accumulate<'a>(
                     .for_each(|(a, &b)| *a *= bf16_to_f32(b)),
                 _ => {
                     let next = &mut next[..k];
-                    widen(dtype, bytes, next);
+                    widen(isa, dtype, bytes, next);
                     if op == ReduceOp::Sum {
                         acc.iter_mut().zip(&*next).for_each(|(a, b)| *a += *b);
                     } else {
@@ -100,19 +99,19 @@ fn accumulate<'a>(
                 }
             }
         }
-        narrow(dtype, acc, d);
+        narrow(isa, dtype, acc, d);
     }
 }
 
 /// `bytes` (f16 or bf16) as f32, in vectorised loops where they are aligned.
 #[inline(always)]
-fn widen(dtype: DType, bytes: &[u8], out: &mut [f32]) {
+fn widen(isa: Isa, dtype: DType, bytes: &[u8], out: &mut [f32]) {
     match (dtype, bytemuck::try_cast_slice::<u8, u16>(bytes)) {
         (DType::BF16, Ok(bits)) => out
             .iter_mut()
             .zip(bits)
             .for_each(|(x, &b)| *x = bf16_to_f32(b)),
-        (_, Ok(bits)) => f16_to_f32s(bytemuck::cast_slice::<u16, f16>(bits), out),
+        (_, Ok(bits)) => f16_to_f32s(isa, bytemuck::cast_slice::<u16, f16>(bits), out),
         (_, Err(_)) => out
             .iter_mut()
             .zip(bytes.chunks_exact(2))
@@ -128,13 +127,13 @@ fn widen(dtype: DType, bytes: &[u8], out: &mut [f32]) {
 
 /// `values` rounded (to nearest even) into `bytes` as f16 or bf16.
 #[inline(always)]
-fn narrow(dtype: DType, values: &[f32], bytes: &mut [u8]) {
+fn narrow(isa: Isa, dtype: DType, values: &[f32], bytes: &mut [u8]) {
     match (dtype, bytemuck::try_cast_slice_mut::<u8, u16>(bytes)) {
         (DType::BF16, Ok(bits)) => bits
             .iter_mut()
             .zip(values)
             .for_each(|(b, &x)| *b = f32_to_bf16(x)),
-        (_, Ok(bits)) => f32s_to_f16(values, bytemuck::cast_slice_mut::<u16, f16>(bits)),
+        (_, Ok(bits)) => f32s_to_f16(isa, values, bytemuck::cast_slice_mut::<u16, f16>(bits)),
         (_, Err(_)) => bytes.chunks_exact_mut(2).zip(values).for_each(|(b, &x)| {
             let bits = match dtype {
                 DType::BF16 => f32_to_bf16(x),
@@ -145,21 +144,45 @@ fn narrow(dtype: DType, values: &[f32], bytes: &mut [u8]) {
     }
 }
 
-/// f16: widen blocks to f32, apply the f32 op, round back.
-pub(super) fn f16_float(op: ReduceOp, dst: &mut [u8], src: &[u8]) {
+/// f16: widen blocks to f32, apply the f32 op, round back (SUM and PRODUCT in registers with
+/// AVX-512).
+pub(super) fn f16_float(isa: Isa, op: ReduceOp, dst: &mut [u8], src: &[u8]) {
+    if sum_or_product_avx512(isa, DType::F16, op, dst, src) {
+        return;
+    }
     match op {
-        ReduceOp::Sum => zip_blocks::<f16>(dst, src, |d, s| widened(d, s, |a, b| a + b)),
-        ReduceOp::Product => zip_blocks::<f16>(dst, src, |d, s| widened(d, s, |a, b| a * b)),
-        ReduceOp::Min => zip_blocks::<f16>(dst, src, |d, s| widened(d, s, min_nan)),
-        ReduceOp::Max => zip_blocks::<f16>(dst, src, |d, s| widened(d, s, max_nan)),
+        ReduceOp::Sum => zip_blocks::<f16>(isa, dst, src, |d, s| widened(isa, d, s, |a, b| a + b)),
+        ReduceOp::Product => {
+            zip_blocks::<f16>(isa, dst, src, |d, s| widened(isa, d, s, |a, b| a * b))
+        }
+        ReduceOp::Min => zip_blocks::<f16>(isa, dst, src, |d, s| widened(isa, d, s, min_nan)),
+        ReduceOp::Max => zip_blocks::<f16>(isa, dst, src, |d, s| widened(isa, d, s, max_nan)),
         _ => unreachable!("rejected by check_supported"),
     }
 }
 
+/// SUM or PRODUCT of f16 or bf16 by the AVX-512 kernels (`avx512.rs`) where `isa` has them;
+/// false where it does not or for another op.
 #[inline(always)]
-fn widened(dst: &mut [f16], src: &[f16], f: impl Fn(f32, f32) -> f32 + Copy) {
+fn sum_or_product_avx512(isa: Isa, dtype: DType, op: ReduceOp, dst: &mut [u8], src: &[u8]) -> bool {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx") && std::arch::is_x86_feature_detected!("f16c") {
+    if isa >= Isa::Avx512 && matches!(op, ReduceOp::Sum | ReduceOp::Product) {
+        let bf16_instruction = isa >= Isa::Avx512Bf16;
+        zip_blocks::<u16>(isa, dst, src, |d, s| {
+            // SAFETY: callers pass an `isa` the CPU runs, here one with AVX-512 (and
+            // AVX512_BF16 for the instruction).
+            unsafe { super::avx512::sum_or_product(dtype, op, d, s, bf16_instruction) }
+        });
+        return true;
+    }
+    let _ = (isa, dtype, op, dst, src);
+    false
+}
+
+#[inline(always)]
+fn widened(isa: Isa, dst: &mut [f16], src: &[f16], f: impl Fn(f32, f32) -> f32 + Copy) {
+    #[cfg(target_arch = "x86_64")]
+    if isa >= Isa::Avx2 {
         // SAFETY: the CPU has the features the function is compiled with.
         unsafe { widened_f16c(dst, src, f) };
         return;
@@ -168,12 +191,12 @@ fn widened(dst: &mut [f16], src: &[f16], f: impl Fn(f32, f32) -> f32 + Copy) {
     let mut b = [0f32; BLOCK];
     for (d, s) in dst.chunks_mut(BLOCK).zip(src.chunks(BLOCK)) {
         let (a, b) = (&mut a[..d.len()], &mut b[..d.len()]);
-        f16_to_f32s(d, a);
-        f16_to_f32s(s, b);
+        f16_to_f32s(isa, d, a);
+        f16_to_f32s(isa, s, b);
         for (x, y) in a.iter_mut().zip(b.iter()) {
             *x = f(*x, *y);
         }
-        f32s_to_f16(a, d);
+        f32s_to_f16(isa, a, d);
     }
 }
 
@@ -248,30 +271,45 @@ unsafe fn f32_to_f16_f16c(values: &[f32], out: &mut [f16]) {
     }
 }
 
-/// f16 to f32, with F16C where the CPU has it, with NEON on aarch64.
+/// f16 to f32: 16 elements per AVX-512 conversion, 8 per F16C one, with NEON on aarch64.
 #[inline(always)]
-fn f16_to_f32s(src: &[f16], out: &mut [f32]) {
+fn f16_to_f32s(isa: Isa, src: &[f16], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx") && std::arch::is_x86_feature_detected!("f16c") {
-        // SAFETY: the CPU has the features the function is compiled with.
+    if isa >= Isa::Avx512 {
+        // SAFETY: callers pass an `isa` the CPU runs.
+        unsafe { super::avx512::f16_to_f32(bytemuck::cast_slice(src), out) };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa >= Isa::Avx2 {
+        // SAFETY: as above; the CPUs with AVX2 (`Isa::Avx2`) have F16C.
         unsafe { f16_to_f32_f16c(src, out) };
         return;
     }
+    let _ = isa;
     #[cfg(target_arch = "aarch64")]
     f16_to_f32_neon(src, out);
     #[cfg(not(target_arch = "aarch64"))]
     src.convert_to_f32_slice(out);
 }
 
-/// f32 to f16 (nearest even), with F16C where the CPU has it, with NEON on aarch64.
+/// f32 to f16 (nearest even): 16 elements per AVX-512 conversion, 8 per F16C one, with NEON
+/// on aarch64.
 #[inline(always)]
-fn f32s_to_f16(values: &[f32], out: &mut [f16]) {
+fn f32s_to_f16(isa: Isa, values: &[f32], out: &mut [f16]) {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx") && std::arch::is_x86_feature_detected!("f16c") {
-        // SAFETY: the CPU has the features the function is compiled with.
+    if isa >= Isa::Avx512 {
+        // SAFETY: callers pass an `isa` the CPU runs.
+        unsafe { super::avx512::f32_to_f16(values, bytemuck::cast_slice_mut(out)) };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa >= Isa::Avx2 {
+        // SAFETY: as above; the CPUs with AVX2 (`Isa::Avx2`) have F16C.
         unsafe { f32_to_f16_f16c(values, out) };
         return;
     }
+    let _ = isa;
     #[cfg(target_arch = "aarch64")]
     f32_to_f16_neon(values, out);
     #[cfg(not(target_arch = "aarch64"))]
@@ -345,17 +383,21 @@ fn f32_to_f16_neon(values: &[f32], out: &mut [f16]) {
     }
 }
 
-/// bf16: the f32 op between widened operands, rounded back, element by element.
-pub(super) fn bf16_float(op: ReduceOp, dst: &mut [u8], src: &[u8]) {
+/// bf16: the f32 op between widened operands, rounded back, element by element (SUM and
+/// PRODUCT by the AVX-512 kernels where `isa` has them).
+pub(super) fn bf16_float(isa: Isa, op: ReduceOp, dst: &mut [u8], src: &[u8]) {
+    if sum_or_product_avx512(isa, DType::BF16, op, dst, src) {
+        return;
+    }
     #[inline(always)]
     fn via_f32(f: impl Fn(f32, f32) -> f32 + Copy) -> impl Fn(u16, u16) -> u16 + Copy {
         move |a, b| f32_to_bf16(f(bf16_to_f32(a), bf16_to_f32(b)))
     }
     match op {
-        ReduceOp::Sum => zip::<u16>(dst, src, via_f32(|a, b| a + b)),
-        ReduceOp::Product => zip::<u16>(dst, src, via_f32(|a, b| a * b)),
-        ReduceOp::Min => zip::<u16>(dst, src, via_f32(min_nan)),
-        ReduceOp::Max => zip::<u16>(dst, src, via_f32(max_nan)),
+        ReduceOp::Sum => zip::<u16>(isa, dst, src, via_f32(|a, b| a + b)),
+        ReduceOp::Product => zip::<u16>(isa, dst, src, via_f32(|a, b| a * b)),
+        ReduceOp::Min => zip::<u16>(isa, dst, src, via_f32(min_nan)),
+        ReduceOp::Max => zip::<u16>(isa, dst, src, via_f32(max_nan)),
         _ => unreachable!("rejected by check_supported"),
     }
 }
@@ -424,11 +466,22 @@ mod tests {
         // Every f16 widened; then rounded back, with the f32s halfway to and either side of
         // the next f16 (ties to even, overflow, subnormals) and NaNs with payloads. Lengths
         // not a multiple of 8 take the vector loops' tails too.
+        for isa in Isa::supported_all() {
+            f16_slice_conversions_on(isa);
+        }
+    }
+
+    fn f16_slice_conversions_on(isa: Isa) {
         let all: Vec<f16> = (0..=u16::MAX).map(f16::from_bits).collect();
         let mut wide = vec![0f32; all.len() - 3];
-        f16_to_f32s(&all[..wide.len()], &mut wide);
+        f16_to_f32s(isa, &all[..wide.len()], &mut wide);
         for (h, w) in all.iter().zip(&wide) {
-            assert_eq!(w.to_bits(), h.to_f32().to_bits(), "{:#x}", h.to_bits());
+            assert_eq!(
+                w.to_bits(),
+                h.to_f32().to_bits(),
+                "{:#x} {isa:?}",
+                h.to_bits()
+            );
         }
         let raw = bytes(4 * 4096, 5);
         let values: Vec<f32> = [
@@ -450,7 +503,7 @@ mod tests {
         .map(f32::from_bits)
         .collect();
         let mut narrow = vec![f16::ZERO; values.len() - 3];
-        f32s_to_f16(&values[..narrow.len()], &mut narrow);
+        f32s_to_f16(isa, &values[..narrow.len()], &mut narrow);
         for (v, h) in values.iter().zip(&narrow) {
             assert_eq!(
                 h.to_bits(),
@@ -479,7 +532,11 @@ mod tests {
             assert!(!accumulates_in_f32(DType::F32, ReduceOp::Sum, 4));
             for (k, want) in [(3, big + 2.0), (4, big + 2.0)] {
                 let mut dst = vec![0u8; 2 * n];
-                reduce_in_f32(dtype, ReduceOp::Sum, &mut dst, k, |p| &parts[p]).unwrap();
+                for isa in Isa::supported_all() {
+                    reduce_in_f32_with(isa, dtype, ReduceOp::Sum, &mut dst, k, |p| &parts[p])
+                        .unwrap();
+                    assert_eq!(dst, enc(want).repeat(n), "{dtype:?} of {k} {isa:?}");
+                }
                 assert_eq!(dst, enc(want).repeat(n), "{dtype:?} of {k}");
                 let mut pairwise = parts[0].clone();
                 for p in &parts[1..k] {

@@ -1,15 +1,20 @@
 //! Elementwise reduction kernels over raw byte buffers.
 //!
 //! Dispatch on (dtype, op) happens once per call; each kernel is a plain zip over typed slices
-//! that LLVM vectorises. Buffers may be misaligned (user memory, `Vec<u8>` scratch): aligned
+//! that LLVM vectorises, compiled for the widest vectors the CPU has ([`Isa`], chosen at run
+//! time; f16/bf16 SUM and PRODUCT have AVX-512 kernels of their own, `avx512.rs`). Buffers may
+//! be misaligned (user memory, `Vec<u8>` scratch): aligned
 //! buffers are reinterpreted in place, misaligned ones go through aligned stack blocks.
 //! f16/bf16 are widened to f32, reduced, and rounded back (round to nearest even), which is
 //! exactly what per-element half arithmetic does: f16 in blocks through F16C conversions, bf16
 //! with inline bit conversions that vectorise (`half_precision.rs`, which also sums many
 //! contributions in f32 at once).
 
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 mod elementwise;
 mod half_precision;
+mod isa;
 
 use bytemuck::Pod;
 use half::{bf16, f16};
@@ -17,8 +22,9 @@ use half::{bf16, f16};
 use crate::error::{Error, Result};
 use crate::types::{DType, ReduceOp};
 use elementwise::{max_nan, min_nan, zip, BLOCK};
-pub use half_precision::{accumulates_in_f32, reduce_in_f32};
+pub use half_precision::{accumulates_in_f32, reduce_in_f32, reduce_in_f32_with};
 use half_precision::{bf16_float, f16_float};
+pub use isa::Isa;
 
 type C64 = [f32; 2];
 type C128 = [f64; 2];
@@ -53,6 +59,19 @@ pub fn check_supported(dtype: DType, op: ReduceOp) -> Result<()> {
 /// `dst[i] = dst[i] op src[i]` for every element; both slices hold whole elements of `dtype`
 /// and have the same length.
 pub fn reduce_into(dtype: DType, op: ReduceOp, dst: &mut [u8], src: &[u8]) -> Result<()> {
+    reduce_into_with(Isa::best(), dtype, op, dst, src)
+}
+
+/// [`reduce_into`] on the kernels of `isa` (an error where the CPU lacks it): every path gives
+/// the same bytes.
+pub fn reduce_into_with(
+    isa: Isa,
+    dtype: DType,
+    op: ReduceOp,
+    dst: &mut [u8],
+    src: &[u8],
+) -> Result<()> {
+    let isa = isa.checked()?;
     check_supported(dtype, op)?;
     if dst.len() != src.len() {
         return Err(Error::invalid(format!(
@@ -70,28 +89,28 @@ pub fn reduce_into(dtype: DType, op: ReduceOp, dst: &mut [u8], src: &[u8]) -> Re
     }
     use ReduceOp::*;
     match dtype {
-        DType::F32 => float::<f32>(op, dst, src),
-        DType::F64 => float::<f64>(op, dst, src),
-        DType::F16 => f16_float(op, dst, src),
-        DType::BF16 => bf16_float(op, dst, src),
-        DType::I8 => integer::<i8>(op, dst, src),
-        DType::I16 => integer::<i16>(op, dst, src),
-        DType::I32 => integer::<i32>(op, dst, src),
-        DType::I64 => integer::<i64>(op, dst, src),
-        DType::U8 => integer::<u8>(op, dst, src),
+        DType::F32 => float::<f32>(isa, op, dst, src),
+        DType::F64 => float::<f64>(isa, op, dst, src),
+        DType::F16 => f16_float(isa, op, dst, src),
+        DType::BF16 => bf16_float(isa, op, dst, src),
+        DType::I8 => integer::<i8>(isa, op, dst, src),
+        DType::I16 => integer::<i16>(isa, op, dst, src),
+        DType::I32 => integer::<i32>(isa, op, dst, src),
+        DType::I64 => integer::<i64>(isa, op, dst, src),
+        DType::U8 => integer::<u8>(isa, op, dst, src),
         DType::Bool => match op {
-            Sum | Max | Bor => zip::<u8>(dst, src, |a, b| ((a | b) != 0) as u8),
-            Product | Min | Band => zip::<u8>(dst, src, |a, b| (a != 0 && b != 0) as u8),
-            Bxor => zip::<u8>(dst, src, |a, b| ((a != 0) != (b != 0)) as u8),
+            Sum | Max | Bor => zip::<u8>(isa, dst, src, |a, b| ((a | b) != 0) as u8),
+            Product | Min | Band => zip::<u8>(isa, dst, src, |a, b| (a != 0 && b != 0) as u8),
+            Bxor => zip::<u8>(isa, dst, src, |a, b| ((a != 0) != (b != 0)) as u8),
             Avg | PremulSum => unreachable!("rejected by check_supported"),
         },
         // Complex SUM is a SUM over the interleaved real components.
-        DType::C64 if op == Sum => zip::<f32>(dst, src, |a, b| a + b),
-        DType::C128 if op == Sum => zip::<f64>(dst, src, |a, b| a + b),
-        DType::C64 => zip::<C64>(dst, src, |a, b| {
+        DType::C64 if op == Sum => zip::<f32>(isa, dst, src, |a, b| a + b),
+        DType::C128 if op == Sum => zip::<f64>(isa, dst, src, |a, b| a + b),
+        DType::C64 => zip::<C64>(isa, dst, src, |a, b| {
             [a[0] * b[0] - a[1] * b[1], a[0] * b[1] + a[1] * b[0]]
         }),
-        DType::C128 => zip::<C128>(dst, src, |a, b| {
+        DType::C128 => zip::<C128>(isa, dst, src, |a, b| {
             [a[0] * b[0] - a[1] * b[1], a[0] * b[1] + a[1] * b[0]]
         }),
     }
@@ -127,15 +146,16 @@ pub fn scale(dtype: DType, buf: &mut [u8], factor: f64) -> Result<()> {
 /// SUM, PRODUCT, MIN, MAX on an IEEE float type. MIN/MAX propagate NaN, like `torch.minimum`.
 #[inline(always)]
 fn float<T: Pod + PartialOrd + std::ops::Add<Output = T> + std::ops::Mul<Output = T>>(
+    isa: Isa,
     op: ReduceOp,
     dst: &mut [u8],
     src: &[u8],
 ) {
     match op {
-        ReduceOp::Sum => zip::<T>(dst, src, |a, b| a + b),
-        ReduceOp::Product => zip::<T>(dst, src, |a, b| a * b),
-        ReduceOp::Min => zip::<T>(dst, src, min_nan),
-        ReduceOp::Max => zip::<T>(dst, src, max_nan),
+        ReduceOp::Sum => zip::<T>(isa, dst, src, |a, b| a + b),
+        ReduceOp::Product => zip::<T>(isa, dst, src, |a, b| a * b),
+        ReduceOp::Min => zip::<T>(isa, dst, src, min_nan),
+        ReduceOp::Max => zip::<T>(isa, dst, src, max_nan),
         _ => unreachable!("rejected by check_supported"),
     }
 }
@@ -168,15 +188,15 @@ macro_rules! impl_int {
 impl_int!(i8, i16, i32, i64, u8);
 
 #[inline(always)]
-fn integer<T: Int>(op: ReduceOp, dst: &mut [u8], src: &[u8]) {
+fn integer<T: Int>(isa: Isa, op: ReduceOp, dst: &mut [u8], src: &[u8]) {
     match op {
-        ReduceOp::Sum => zip::<T>(dst, src, T::wadd),
-        ReduceOp::Product => zip::<T>(dst, src, T::wmul),
-        ReduceOp::Min => zip::<T>(dst, src, Ord::min),
-        ReduceOp::Max => zip::<T>(dst, src, Ord::max),
-        ReduceOp::Band => zip::<T>(dst, src, T::and),
-        ReduceOp::Bor => zip::<T>(dst, src, T::or),
-        ReduceOp::Bxor => zip::<T>(dst, src, T::xor),
+        ReduceOp::Sum => zip::<T>(isa, dst, src, T::wadd),
+        ReduceOp::Product => zip::<T>(isa, dst, src, T::wmul),
+        ReduceOp::Min => zip::<T>(isa, dst, src, Ord::min),
+        ReduceOp::Max => zip::<T>(isa, dst, src, Ord::max),
+        ReduceOp::Band => zip::<T>(isa, dst, src, T::and),
+        ReduceOp::Bor => zip::<T>(isa, dst, src, T::or),
+        ReduceOp::Bxor => zip::<T>(isa, dst, src, T::xor),
         ReduceOp::Avg | ReduceOp::PremulSum => unreachable!("rejected by check_supported"),
     }
 }
@@ -369,17 +389,66 @@ mod tests {
                             &b[i * s..(i + 1) * s],
                         ));
                     }
-                    for (da, sa) in [(0, 0), (1, 0), (0, 1), (1, 3)] {
+                    for (isa, (da, sa)) in Isa::supported_all()
+                        .into_iter()
+                        .flat_map(|i| [(0, 0), (1, 0), (0, 1), (1, 3)].map(|o| (i, o)))
+                    {
                         let mut dst = vec![0u8; a.len() + 8];
                         let mut src = vec![0u8; b.len() + 8];
                         dst[da..da + a.len()].copy_from_slice(&a);
                         src[sa..sa + b.len()].copy_from_slice(&b);
                         let (d, sr) = (&mut dst[da..da + a.len()], &src[sa..sa + b.len()]);
-                        reduce_into(dtype, op, d, sr).unwrap();
-                        assert_eq!(d, &want[..], "{dtype:?} {op:?} numel {numel} off {da},{sa}");
+                        reduce_into_with(isa, dtype, op, d, sr).unwrap();
+                        assert_eq!(
+                            d,
+                            &want[..],
+                            "{dtype:?} {op:?} numel {numel} off {da},{sa} {isa:?}"
+                        );
                     }
                 }
             }
+        }
+    }
+
+    #[test]
+    fn every_path_gives_the_same_half_precision_bytes() {
+        // Every f16/bf16 against a shuffle of every one: NaNs, infinities,
+        // overflow, subnormal inputs, and (bf16 PRODUCT of small values) subnormal f32 results,
+        // which AVX512_BF16's rounding instruction would flush. Tails of every length < 16.
+        let all: Vec<u8> = (0..=u16::MAX).flat_map(|b| b.to_le_bytes()).collect();
+        let shuffled: Vec<u8> = (0..=u16::MAX)
+            .flat_map(|b| b.wrapping_mul(40_503).rotate_left(5).to_le_bytes())
+            .collect();
+        for dtype in [DType::F16, DType::BF16] {
+            for op in supported_ops(dtype) {
+                for len in [all.len(), all.len() - 2 * 15, 2 * 9] {
+                    let mut want = all[..len].to_vec();
+                    reduce_into_with(Isa::Baseline, dtype, op, &mut want, &shuffled[..len])
+                        .unwrap();
+                    for isa in Isa::supported_all() {
+                        let mut got = all[..len].to_vec();
+                        reduce_into_with(isa, dtype, op, &mut got, &shuffled[..len]).unwrap();
+                        // NaN payloads are not kept alike (which operand's NaN an add
+                        // returns differs between vector widths, F16C quiets signalling ones):
+                        // a NaN matches any NaN.
+                        let nan = |b: &[u8]| {
+                            let bits = u16::from_le_bytes([b[0], b[1]]);
+                            match dtype {
+                                DType::F16 => bits & 0x7C00 == 0x7C00 && bits & 0x03FF != 0,
+                                _ => bits & 0x7F80 == 0x7F80 && bits & 0x007F != 0,
+                            }
+                        };
+                        let differ = got
+                            .chunks(2)
+                            .zip(want.chunks(2))
+                            .position(|(g, w)| g != w && !(nan(g) && nan(w)));
+                        assert_eq!(differ, None, "{dtype:?} {op:?} {isa:?} len {len}");
+                    }
+                }
+            }
+        }
+        for isa in Isa::ALL.into_iter().filter(|i| !i.supported()) {
+            assert!(reduce_into_with(isa, DType::F32, ReduceOp::Sum, &mut [], &[]).is_err());
         }
     }
 

@@ -12,13 +12,14 @@ use super::overrides::{
 use super::thresholds::{
     RING_CHUNK_BYTES, RING_CHUNK_BYTES_SLOW_LINK, RING_PIECE_BYTES_SLOW_LINK,
     SHARED_CORES_SINGLE_COPY_ALL_TO_ALL_MIN_BYTES, SHM_ALL_REDUCE_ONESHOT_MAX_BYTES,
-    TCP_ALL_GATHER_BRUCK_MAX_BLOCK_BYTES, TCP_ALL_GATHER_BRUCK_MIN_WORLD,
-    TCP_ALL_GATHER_DIRECT_MAX_BYTES, TCP_ALL_REDUCE_RD_MAX_BYTES,
+    SHM_ALL_REDUCE_ONESHOT_MAX_BYTES_HALF, TCP_ALL_GATHER_BRUCK_MAX_BLOCK_BYTES,
+    TCP_ALL_GATHER_BRUCK_MIN_WORLD, TCP_ALL_GATHER_DIRECT_MAX_BYTES, TCP_ALL_REDUCE_RD_MAX_BYTES,
     TCP_BROADCAST_CHAIN_HOST_BOUND_MIN_BYTES, TCP_BROADCAST_CHAIN_MIN_BYTES,
 };
 use crate::algorithms::params::RingShape;
 use crate::transport::workspace::SingleCopy;
 use crate::transport::LinkKind;
+use crate::types::DType;
 
 /// How far the recursive doubling / ring crossover of all_reduce moves up from 4 ranks to
 /// `world`: the ring's 2(n - 1) steps of latency against doubling's log2 n, with n - 1 over n
@@ -49,18 +50,28 @@ pub(super) fn chain_crossover_growth(world: usize, measured: usize) -> f64 {
     }
 }
 
+/// The largest shared-memory all_reduce per rank that runs one-shot: lower for f16/bf16, whose
+/// reduction costs more per byte, so halving each rank's share pays from fewer bytes.
+fn shm_all_reduce_oneshot_max_bytes(dtype: DType) -> usize {
+    match dtype {
+        DType::F16 | DType::BF16 => SHM_ALL_REDUCE_ONESHOT_MAX_BYTES_HALF,
+        _ => SHM_ALL_REDUCE_ONESHOT_MAX_BYTES,
+    }
+}
+
 impl AlgoOverrides {
     /// all_reduce of `bytes` per rank on `world` ranks; `single_copy`: whether the ranks on the
     /// host may read each other's memory, each with a core.
     pub fn all_reduce(
         &self,
         bytes: usize,
+        dtype: DType,
         world: usize,
         link: LinkKind,
         single_copy: SingleCopy,
     ) -> AllReduceAlgo {
         self.all_reduce.unwrap_or(match link {
-            LinkKind::SharedMemory if bytes <= SHM_ALL_REDUCE_ONESHOT_MAX_BYTES => {
+            LinkKind::SharedMemory if bytes <= shm_all_reduce_oneshot_max_bytes(dtype) => {
                 AllReduceAlgo::ShmOneShot
             }
             LinkKind::SharedMemory
@@ -89,8 +100,13 @@ impl AlgoOverrides {
 
     /// The algorithm the leaders of a hierarchical all_reduce run among themselves.
     pub fn all_reduce_between_hosts(&self, bytes: usize, hosts: usize) -> AllReduceAlgo {
-        self.policy()
-            .all_reduce(bytes, hosts, LinkKind::Tcp, SingleCopy::Unavailable)
+        self.policy().all_reduce(
+            bytes,
+            DType::F32,
+            hosts,
+            LinkKind::Tcp,
+            SingleCopy::Unavailable,
+        )
     }
 
     /// The policy alone: no algorithm forced, the same link model.

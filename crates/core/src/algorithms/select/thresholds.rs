@@ -40,6 +40,9 @@ pub(super) const TCP_ALL_GATHER_BRUCK_MAX_BLOCK_BYTES: usize = 8 << 10;
 /// all_reduce up to this many bytes per rank runs one-shot, above it two-shot (tuning.md,
 /// "Shared-memory all_reduce").
 pub(super) const SHM_ALL_REDUCE_ONESHOT_MAX_BYTES: usize = 64 << 10;
+/// The same for f16 and bf16: two-shot from 16 KiB (Intel Xeon VM, world 2, with the AVX-512
+/// kernels; tuning.md, "Shared-memory all_reduce").
+pub(super) const SHM_ALL_REDUCE_ONESHOT_MAX_BYTES_HALF: usize = 8 << 10;
 /// With more ranks than cores, single-copy all_to_all starts at this many bytes per rank at
 /// the least. 4 ranks on 2 cores, Intel Xeon VM (tuning.md, "More ranks than cores").
 pub(super) const SHARED_CORES_SINGLE_COPY_ALL_TO_ALL_MIN_BYTES: usize = 256 << 10;
