@@ -132,6 +132,13 @@ def _typed_future(fut: Any, outputs: list) -> Any:
     silenced: it is about users writing TorchScript, while typed futures have no other maker
     in torch yet; a library should not make every rank of a user's job warn about it."""
     global _typed_fork
+    if _typed_fork is None:  # the lock only until it is compiled: DDP asks for every bucket
+        _compile_typed_fork()
+    return _typed_fork(fut, outputs) if _typed_fork else fut
+
+
+def _compile_typed_fork() -> None:
+    global _typed_fork
     with _typed_fork_lock:
         if _typed_fork is None:
             with warnings.catch_warnings():
@@ -141,7 +148,6 @@ def _typed_future(fut: Any, outputs: list) -> Any:
                     _typed_fork = torch.jit.script(_fork_typed)
                 except Exception:  # noqa: BLE001 - any compile failure: Python futures
                     _typed_fork = False
-    return _typed_fork(fut, outputs) if _typed_fork else fut
 
 
 class Work(_WorkBase):  # type: ignore[misc, valid-type]

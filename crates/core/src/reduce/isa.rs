@@ -22,9 +22,14 @@ impl Isa {
     /// Every path, narrowest first.
     pub const ALL: [Isa; 4] = [Isa::Baseline, Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16];
 
-    /// The widest path this CPU runs (feature detection is cached by std).
+    /// The widest path this CPU runs, detected once (every reduction asks).
     #[inline]
     pub fn best() -> Isa {
+        static BEST: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
+        *BEST.get_or_init(Isa::detect)
+    }
+
+    fn detect() -> Isa {
         #[cfg(target_arch = "x86_64")]
         {
             use std::arch::is_x86_feature_detected as has;
