@@ -29,7 +29,7 @@ pub fn reduce_in_f32<'a>(
     n: usize,
     part: impl Fn(usize) -> &'a [u8],
 ) -> Result<()> {
-    reduce_in_f32_with(Isa::best(), dtype, op, dst, n, part)
+    reduce_in_f32_with(Isa::for_dtype(dtype), dtype, op, dst, n, part)
 }
 
 /// [`reduce_in_f32`] on the kernels of `isa` (an error where the CPU lacks it).

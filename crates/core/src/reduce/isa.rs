@@ -3,6 +3,7 @@
 //! time from what the CPU has ([`Isa::best`]). Benches and tests name one to compare paths.
 
 use crate::error::{Error, Result};
+use crate::types::DType;
 
 /// Kernel paths, each needing the features of the one before (the CPUs with AVX-512 have
 /// AVX2 and F16C).
@@ -27,6 +28,18 @@ impl Isa {
     pub fn best() -> Isa {
         static BEST: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
         *BEST.get_or_init(Isa::detect)
+    }
+
+    /// The path a reduction of `dtype` takes: f16 and bf16 at the widest the CPU has (their
+    /// conversions are the cost, and AVX-512 halves it); the rest at AVX2 width at most, where
+    /// they are already cache- and memory-bound from 64 KiB and 512-bit instructions can lower
+    /// an Intel core's clock for everything else the rank runs.
+    #[inline]
+    pub fn for_dtype(dtype: DType) -> Isa {
+        match dtype {
+            DType::F16 | DType::BF16 => Isa::best(),
+            _ => Isa::best().min(Isa::Avx2),
+        }
     }
 
     fn detect() -> Isa {

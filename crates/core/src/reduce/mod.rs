@@ -1,8 +1,8 @@
 //! Elementwise reduction kernels over raw byte buffers.
 //!
 //! Dispatch on (dtype, op) happens once per call; each kernel is a plain zip over typed slices
-//! that LLVM vectorises, compiled for the widest vectors the CPU has ([`Isa`], chosen at run
-//! time; f16/bf16 SUM and PRODUCT have AVX-512 kernels of their own, `avx512.rs`). Buffers may
+//! that LLVM vectorises, compiled for the vectors the CPU has ([`Isa::for_dtype`], chosen at
+//! run time; f16/bf16 SUM and PRODUCT have AVX-512 kernels of their own, `avx512.rs`). Buffers may
 //! be misaligned (user memory, `Vec<u8>` scratch): aligned
 //! buffers are reinterpreted in place, misaligned ones go through aligned stack blocks.
 //! f16/bf16 are widened to f32, reduced, and rounded back (round to nearest even), which is
@@ -59,7 +59,7 @@ pub fn check_supported(dtype: DType, op: ReduceOp) -> Result<()> {
 /// `dst[i] = dst[i] op src[i]` for every element; both slices hold whole elements of `dtype`
 /// and have the same length.
 pub fn reduce_into(dtype: DType, op: ReduceOp, dst: &mut [u8], src: &[u8]) -> Result<()> {
-    reduce_into_with(Isa::best(), dtype, op, dst, src)
+    reduce_into_with(Isa::for_dtype(dtype), dtype, op, dst, src)
 }
 
 /// [`reduce_into`] on the kernels of `isa` (an error where the CPU lacks it): every path gives
