@@ -119,6 +119,22 @@ def test_every_op_over_tls_matches_plain(world: Any, pki: Path, on_hosts: list[i
         assert [r["digests"] for r in runs[mode]] == [r["digests"] for r in runs["plain"]], mode
 
 
+@pytest.mark.parametrize("mode", ["plain", "certs", "pinned"])
+def test_a_link_made_on_demand_needs_no_call_from_the_receiver(world: Any, pki: Path,
+                                                                mode: str) -> None:
+    """Ranks 0 and 2 (and 3 and 1), across hosts, first talk after init: the sender's send
+    returns while the receiver waits on the store, not in rustdist, as over plain TCP: the
+    receiving end's TLS handshake is done by its accepting thread (the lower rank is the TLS
+    server, so both roles are covered)."""
+    on_hosts = [0, 1, 2, 0]
+    envs = {"plain": [plain() for _ in on_hosts],
+            "certs": [certs(pki, NAMES[h]) for h in on_hosts],
+            "pinned": [pinned() for _ in on_hosts]}[mode]
+    results = world(on_hosts).run("tls_cases:busy_peer", per_rank=per_rank(envs))
+    for r, res in enumerate(results):
+        assert res["ok"], (r, res.get("msg"), res.get("trace"))
+
+
 def _capture(hosts: _netns.Hosts, w: World, env: dict[str, Optional[str]], pcap: Path) -> bytes:
     """What host 1's eth0 carried (whole packets, tcpdump in its namespace) while the ranks
     broadcast and gathered the pattern with `env`."""

@@ -127,6 +127,36 @@ def case_ops(dist: Any, rank: int, world: int, env: dict[str, Optional[str]],
             dist.destroy_process_group()
 
 
+def case_busy_peer(dist: Any, rank: int, world: int,
+                   env: dict[str, Optional[str]]) -> dict[str, Any]:
+    """With `env` set, world 4 (ranks 0 and 2, 1 and 3 not ring neighbours, so linked on
+    first use): rank 0 sends to rank 2 and rank 3 to rank 1 while the receivers wait on the
+    store, outside any rustdist operation, for word that the send is done; then they receive.
+    The receiving rank's TLS handshake must not need a call from it."""
+    with environ(env):
+        _init(dist, rank, world, "env://", 20.0)
+        try:
+            store = dist.distributed_c10d._get_default_store()
+            dist.barrier()
+            pairs = {0: 2, 3: 1}
+            t = torch.arange(1000, dtype=torch.int64) * (rank + 1)
+            if rank in pairs:
+                dist.send(t, dst=pairs[rank])
+                store.set(f"busy_peer/sent/{rank}", "1")
+            else:
+                src = next(s for s, d in pairs.items() if d == rank)
+                store.wait([f"busy_peer/sent/{src}"])
+                got = torch.empty_like(t)
+                dist.recv(got, src=src)
+                assert torch.equal(got, torch.arange(1000, dtype=torch.int64) * (src + 1))
+            dist.barrier()
+        except Exception as e:  # noqa: BLE001 - the driver checks which error it was
+            return _failed(e)
+        finally:
+            dist.destroy_process_group()
+    return {"ok": True}
+
+
 def case_pattern(dist: Any, rank: int, world: int, env: dict[str, Optional[str]]) -> dict[str, Any]:
     """With `env` set: rank 0 broadcasts 256 KiB of PATTERN and all_gathers it once more."""
     with environ(env):

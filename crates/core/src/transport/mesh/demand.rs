@@ -1,12 +1,11 @@
 //! Links on demand, the mesh's side (the connections are made in `tcp::OnDemand`): a peer
 //! without a link is linked before the first frame goes to it or the first receive waits on
-//! it, and the links peers made to this rank are taken at each sweep, or as soon as the
-//! accepting thread wakes a sleeping poll.
+//! it, and the links peers made to this rank are taken, their TLS handshakes finished by the
+//! accepting thread, at each sweep, or as soon as that thread wakes a sleeping poll.
 
-use std::net::TcpStream;
 use std::time::Instant;
 
-use super::secure::connection;
+use super::link::Connection;
 use super::state::MeshTransport;
 use crate::error::Result;
 use crate::interrupt;
@@ -24,8 +23,8 @@ impl MeshTransport {
         let cancel = self.cancel.clone();
         let stop = || cancel.is_raised() || interrupt::check().is_err();
         match on_demand.link(p, deadline, &stop) {
-            Ok(socks) => {
-                self.install(p, socks);
+            Ok(link) => {
+                self.install(p, link);
                 Ok(())
             }
             Err(e) => {
@@ -39,7 +38,8 @@ impl MeshTransport {
         }
     }
 
-    /// Takes the links peers made to this rank; returns those peers.
+    /// Takes the links peers made to this rank; returns those peers. A link whose setup
+    /// failed fails the transport.
     pub(super) fn take_arrivals(&mut self) -> Vec<usize> {
         let Some(on_demand) = self.on_demand.as_ref() else {
             return Vec::new();
@@ -47,29 +47,21 @@ impl MeshTransport {
         let arrived = on_demand.arrivals();
         arrived
             .into_iter()
-            .map(|(p, socks)| {
-                self.install(p, socks);
+            .map(|(p, link)| {
+                match link {
+                    Ok(link) => self.install(p, link),
+                    Err(e) => {
+                        self.fail(e);
+                    }
+                }
                 p
             })
             .collect()
     }
 
-    /// Links `p` on `socks` (its TLS handshake, if any, goes on as the link is used); a link
-    /// that cannot be set up fails the transport.
-    fn install(&mut self, p: usize, socks: Vec<TcpStream>) {
-        let mut socks = socks.into_iter();
-        let Some(first) = socks.next() else {
-            return;
-        };
-        match connection(self.tls.as_ref(), p, first, None, socks.collect()) {
-            Ok(link) => {
-                if let Some(peer) = self.peers[p].as_mut() {
-                    peer.link = link;
-                }
-            }
-            Err(e) => {
-                self.fail(e);
-            }
+    fn install(&mut self, p: usize, link: Connection) {
+        if let Some(peer) = self.peers[p].as_mut() {
+            peer.link = link;
         }
     }
 }

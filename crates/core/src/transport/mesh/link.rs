@@ -476,6 +476,11 @@ impl Connection {
         fds
     }
 
+    /// What poll(2) waits on while a TLS handshake goes on.
+    pub(super) fn handshake_pollfds(&self) -> Vec<libc::pollfd> {
+        self.data.tls_pollfds()
+    }
+
     /// Ends the connection both ways (every stream of it).
     pub(super) fn shutdown(&self) {
         if let Some(sock) = &self.watch {

@@ -57,7 +57,7 @@ pub use state::MeshTransport;
 
 use progress::PUMP_NAP;
 use rx::StepRecv;
-use secure::{connection, LinkTls};
+use secure::{connection, handshake_failed, LinkTls, OnDemandLinks};
 use state::{Frame, OutFrame, Peer, PostedRecv};
 
 /// `RUSTDIST_EAGER_CONNECT=1`: link every peer at connect (a full mesh), as before links on
@@ -191,7 +191,13 @@ impl MeshTransport {
         .into_iter();
         let on_demand = match eager {
             true => None,
-            false => OnDemand::start(&mut mesh, group, rank, links.streams, key)?,
+            false => {
+                let setup = OnDemandLinks {
+                    tls: tls.clone(),
+                    rank,
+                };
+                OnDemand::start(&mut mesh, group, rank, links.streams, key, setup)?
+            }
         };
         let socks = mesh.socks;
         let ws = host
@@ -245,7 +251,8 @@ impl MeshTransport {
 
     /// Completes the TLS handshakes of the links made at connect, all at once, so that a
     /// refused certificate fails init on both sides, naming the peer. (Links made later
-    /// shake hands as they are first used.)
+    /// shake hands as they are first used by the rank that dialled, and in the accepting
+    /// thread of the other.)
     fn finish_handshakes(&mut self, deadline: Instant) -> Result<()> {
         if self.tls.is_none() {
             return Ok(());
@@ -264,11 +271,7 @@ impl MeshTransport {
                         waiting.push(p);
                         fds.extend(peer.link.pollfds(true, false));
                     }
-                    Err(e) => {
-                        return Err(Error::network(format!(
-                            "rank {rank}: the TLS handshake with rank {p} failed: {e}"
-                        )))
-                    }
+                    Err(e) => return Err(handshake_failed(rank, p, &e)),
                 }
             }
             if waiting.is_empty() {

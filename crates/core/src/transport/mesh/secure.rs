@@ -3,15 +3,17 @@
 //! links made on demand by either rank agree), and what each end accepts (the CA's chains, or
 //! exactly the certificate the peer published). Shared-memory pipes are never wrapped.
 
+use std::io;
 use std::net::TcpStream;
 
 use super::link::{Connection, Stream};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::tls::{Fingerprint, Tls, TlsStream};
 use crate::transport::shm::ShmPipe;
-use crate::transport::tcp::between_hosts;
+use crate::transport::tcp::{between_hosts, LinkSetup};
 
 /// A group's TLS: the settings and, with pinned keys, every rank's certificate hash.
+#[derive(Clone)]
 pub(super) struct LinkTls {
     tls: Tls,
     pins: Vec<Option<Fingerprint>>,
@@ -73,4 +75,39 @@ pub(super) fn connection(
         })
         .collect::<Result<Vec<_>>>()?;
     Ok(Connection::streams(streams))
+}
+
+/// The error of a TLS handshake that failed on the link to `peer`.
+pub(super) fn handshake_failed(rank: usize, peer: usize, e: &io::Error) -> Error {
+    Error::network(format!(
+        "rank {rank}: the TLS handshake with rank {peer} failed: {e}"
+    ))
+}
+
+/// How rank `rank` makes the links made on demand: [`connection`] with the group's TLS, if
+/// any, whose handshake the accepting thread finishes for the links peers make to this rank.
+pub(super) struct OnDemandLinks {
+    pub(super) tls: Option<LinkTls>,
+    pub(super) rank: usize,
+}
+
+impl LinkSetup for OnDemandLinks {
+    type Link = Connection;
+
+    fn start(&self, peer: usize, socks: Vec<TcpStream>) -> Result<Connection> {
+        let mut socks = socks.into_iter();
+        let first = socks
+            .next()
+            .ok_or_else(|| Error::backend(format!("rank {peer}'s link has no stream")))?;
+        connection(self.tls.as_ref(), peer, first, None, socks.collect())
+    }
+
+    fn progress(&self, peer: usize, link: &mut Connection) -> Result<bool> {
+        link.handshake()
+            .map_err(|e| handshake_failed(self.rank, peer, &e))
+    }
+
+    fn pollfds(&self, link: &Connection) -> Vec<libc::pollfd> {
+        link.handshake_pollfds()
+    }
 }

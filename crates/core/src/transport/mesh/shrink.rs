@@ -16,6 +16,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::secure::OnDemandLinks;
 use super::state::{Frame, MeshTransport, OutFrame, Rx, RX_IDLE};
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
@@ -320,7 +321,11 @@ impl MeshTransport {
         let tls = self.tls.as_ref().map(|t| t.renumber(keep, me));
         let on_demand = self.on_demand.take();
         if let Some(links) = &on_demand {
-            links.renumber(keep, group);
+            let setup = OnDemandLinks {
+                tls: tls.clone(),
+                rank: me,
+            };
+            links.renumber(keep, group, setup);
         }
         let size = keep.len();
         MeshTransport {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::link::Connection;
-use super::secure::LinkTls;
+use super::secure::{LinkTls, OnDemandLinks};
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
 use crate::recorder;
@@ -64,7 +64,7 @@ pub struct MeshTransport {
     /// Time slept waiting for peers since the group last took it (its counters).
     pub(super) waited: Duration,
     /// Links made on first use (None: every peer was linked at connect).
-    pub(super) on_demand: Option<OnDemand>,
+    pub(super) on_demand: Option<OnDemand<OnDemandLinks>>,
     /// TLS on the links (None: off).
     pub(super) tls: Option<LinkTls>,
     /// Shared memory with the peers on this host; after `peers` and `ws`, so the pipes and

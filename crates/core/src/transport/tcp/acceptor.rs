@@ -22,7 +22,7 @@ use crate::transport::remaining;
 /// dropped for being one of many.
 const MAX_PENDING: usize = 64;
 /// How long an incoming connection may take to finish its handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(super) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 // ---------------------------------------------------------------------------------------------
 // The accepting side

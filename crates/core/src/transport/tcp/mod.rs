@@ -39,7 +39,7 @@ mod socket;
 pub use connect::{connect_mesh_with, connect_streams, peer_entries, Entry, Mesh};
 pub use handshake::{Hello, Reply, Status, HELLO_LEN, REPLY_LEN};
 pub use interface::{interfaces, select_interface, Interface, IFNAME_VARS};
-pub use ondemand::OnDemand;
+pub use ondemand::{LinkSetup, OnDemand};
 pub use poll::{poll_fds, pollfd};
 pub use probe::{agree_latency, agree_links, stream_window, LinkAgreement};
 pub use socket::between_hosts;

@@ -9,6 +9,10 @@
 //! rank's dial is refused (`Duplicate`) and it takes the lower rank's connection instead. The
 //! state of each peer's link sits under one lock shared by the dialling mesh and the
 //! accepting thread, so the two can never both keep a connection.
+//!
+//! A link's own setup after the connections (a TLS handshake, [`LinkSetup`]) is finished by the
+//! accepting thread for the links peers make to this rank: the dialling peer's first frames
+//! then go through while this rank is busy outside the group, as they do over plain TCP.
 
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -21,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use socket2::SockRef;
 
-use super::acceptor::{Accepting, Acceptor, Admission, Slot};
+use super::acceptor::{Accepting, Acceptor, Admission, Slot, HANDSHAKE_TIMEOUT};
 use super::connect::{dial_once, refused, DialEnd, Dialled, Mesh};
 use super::handshake::{Hello, Status};
 use super::poll::{poll_fds, pollfd};
@@ -29,16 +33,33 @@ use crate::auth::{AuthKey, NONCE_LEN};
 use crate::error::{Error, Result};
 use crate::transport::remaining;
 
+/// What a peer's streams become (the mesh's link) and what setup that link needs after the
+/// connections (a TLS handshake), which the accepting thread finishes for the links peers make
+/// to this rank.
+pub trait LinkSetup: Send + 'static {
+    type Link: Send + 'static;
+    /// `socks`, the streams to `peer` (the first first), as a link, its setup begun.
+    fn start(&self, peer: usize, socks: Vec<TcpStream>) -> Result<Self::Link>;
+    /// Moves the setup of `peer`'s link on without waiting; true once it is over.
+    fn progress(&self, peer: usize, link: &mut Self::Link) -> Result<bool>;
+    /// What poll(2) waits on while the setup goes on.
+    fn pollfds(&self, link: &Self::Link) -> Vec<libc::pollfd>;
+}
+
 /// Where a peer's link stands.
-enum State {
+enum State<L> {
     /// No link, nobody dialling.
     Unlinked,
     /// This rank is dialling the peer.
     Dialling,
     /// The peer's streams accepted so far (a peer across hosts may have several).
     Accepting(Vec<TcpStream>),
-    /// All streams accepted, for the mesh to take.
-    Arrived(Vec<TcpStream>),
+    /// All streams accepted, the link's setup going on in the accepting thread (since when).
+    Finishing(L, Instant),
+    /// Set up, for the mesh to take.
+    Arrived(L),
+    /// The setup failed, for the mesh to report.
+    Failed(Error),
     /// The mesh has the link.
     Linked,
 }
@@ -53,16 +74,73 @@ struct View {
 }
 
 /// The links of a group, shared by the mesh (which dials) and the accepting thread.
-struct Book {
+struct Book<S: LinkSetup> {
     view: View,
     own_ip: IpAddr,
     /// Streams to each peer on another host.
     streams: usize,
     addrs: Vec<Option<SocketAddr>>,
-    links: Vec<State>,
+    links: Vec<State<S::Link>>,
+    setup: S,
 }
 
-impl Book {
+impl<S: LinkSetup> Book<S> {
+    /// The state of `peer`'s link once all its streams are in: its setup under way.
+    fn begin(&self, peer: usize, socks: Vec<TcpStream>) -> State<S::Link> {
+        match self.setup.start(peer, socks) {
+            Ok(link) => State::Finishing(link, Instant::now()),
+            Err(e) => State::Failed(e),
+        }
+    }
+
+    /// Moves on the setup of every link accepted; how many came to an end (set up or failed).
+    fn finish_links(&mut self) -> usize {
+        let mut ended = 0;
+        for peer in 0..self.links.len() {
+            if !matches!(self.links[peer], State::Finishing(..)) {
+                continue;
+            }
+            let State::Finishing(mut link, since) =
+                std::mem::replace(&mut self.links[peer], State::Unlinked)
+            else {
+                continue;
+            };
+            self.links[peer] = match self.setup.progress(peer, &mut link) {
+                Ok(false) if since.elapsed() < HANDSHAKE_TIMEOUT => State::Finishing(link, since),
+                Ok(false) => State::Failed(Error::network(format!(
+                    "rank {}: the link rank {peer} made did not finish its setup (TLS \
+                     handshake) in {} s",
+                    self.view.rank,
+                    HANDSHAKE_TIMEOUT.as_secs()
+                ))),
+                Ok(true) => State::Arrived(link),
+                Err(e) => State::Failed(e),
+            };
+            ended += usize::from(!matches!(self.links[peer], State::Finishing(..)));
+        }
+        ended
+    }
+
+    /// What poll(2) waits on for the setups going on.
+    fn setup_pollfds(&self) -> impl Iterator<Item = libc::pollfd> + '_ {
+        self.links.iter().flat_map(|state| match state {
+            State::Finishing(link, _) => self.setup.pollfds(link),
+            _ => Vec::new(),
+        })
+    }
+
+    /// Takes `peer`'s link if it has come to an end: set up, or the error it failed with.
+    fn take_ended(&mut self, peer: usize) -> Option<Result<S::Link>> {
+        match std::mem::replace(&mut self.links[peer], State::Linked) {
+            State::Arrived(link) => Some(Ok(link)),
+            State::Failed(e) => Some(Err(e)),
+            other => {
+                self.links[peer] = other;
+                None
+            }
+        }
+    }
+
     /// Streams to `peer`: several across hosts (both ends compare the same two addresses).
     fn streams_to(&self, peer: usize) -> usize {
         match self.addrs[peer] {
@@ -72,7 +150,7 @@ impl Book {
     }
 }
 
-impl Admission for Book {
+impl<S: LinkSetup> Admission for Book<S> {
     fn refusal(&self, slot: Slot) -> Option<(Status, String)> {
         let Slot { peer, stream } = slot;
         let me = self.view.rank;
@@ -95,22 +173,21 @@ impl Admission for Book {
 
     fn admit(&mut self, slot: Slot, sock: TcpStream) {
         let want = self.streams_to(slot.peer);
-        let state = &mut self.links[slot.peer];
-        let mut got = match std::mem::replace(state, State::Unlinked) {
+        let mut got = match std::mem::replace(&mut self.links[slot.peer], State::Unlinked) {
             State::Accepting(got) => got,
             _ => Vec::new(),
         };
         got.push(sock);
-        *state = if got.len() == want {
-            State::Arrived(got)
+        self.links[slot.peer] = if got.len() == want {
+            self.begin(slot.peer, got)
         } else {
             State::Accepting(got)
         };
     }
 }
 
-struct Shared {
-    book: Mutex<Book>,
+struct Shared<S: LinkSetup> {
+    book: Mutex<Book<S>>,
     /// Notified when a link arrives.
     arrived: Condvar,
     /// Set when links wait to be taken, so that the mesh looks without the lock.
@@ -123,16 +200,16 @@ struct Shared {
     stop: AtomicBool,
 }
 
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, Book> {
+impl<S: LinkSetup> Shared<S> {
+    fn lock(&self) -> MutexGuard<'_, Book<S>> {
         // A panic while holding the lock leaves plain data: go on with it.
         self.book.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
 /// A group's links on demand: its listener served by a thread, and the dialling side.
-pub struct OnDemand {
-    shared: Arc<Shared>,
+pub struct OnDemand<S: LinkSetup> {
+    shared: Arc<Shared<S>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -147,17 +224,19 @@ fn eventfd() -> io::Result<File> {
     Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
 }
 
-impl OnDemand {
+impl<S: LinkSetup> OnDemand<S> {
     /// Links on demand after `mesh` (the links it made, those peers made early, its listener
     /// and the handshakes in progress there) for group `group` as rank `rank`: `streams` per
-    /// peer on another host, hellos checked with `key` when set. None alone in the group.
+    /// peer on another host, hellos checked with `key` when set, links made with `setup`.
+    /// None alone in the group.
     pub fn start(
         mesh: &mut Mesh,
         group: u32,
         rank: usize,
         streams: usize,
         key: Option<AuthKey>,
-    ) -> Result<Option<OnDemand>> {
+        setup: S,
+    ) -> Result<Option<OnDemand<S>>> {
         let Some((listener, accepting)) = mesh.take_listener() else {
             return Ok(None);
         };
@@ -176,11 +255,11 @@ impl OnDemand {
             streams,
             addrs: mesh.addrs.clone(),
             links: (0..size).map(|_| State::Unlinked).collect(),
+            setup,
         };
         let mut early = std::mem::take(&mut mesh.early)
             .into_iter()
             .chain(std::iter::repeat_with(|| None));
-        let mut arrived = false;
         for p in 0..size {
             let got = early.next().flatten().unwrap_or_default();
             book.links[p] = if p == rank || mesh.socks[p].is_some() {
@@ -188,8 +267,7 @@ impl OnDemand {
             } else if got.is_empty() {
                 State::Unlinked
             } else if got.len() >= book.streams_to(p) {
-                arrived = true;
-                State::Arrived(got)
+                book.begin(p, got)
             } else {
                 State::Accepting(got)
             };
@@ -197,7 +275,7 @@ impl OnDemand {
         let shared = Arc::new(Shared {
             book: Mutex::new(book),
             arrived: Condvar::new(),
-            waiting: AtomicBool::new(arrived),
+            waiting: AtomicBool::new(false),
             key,
             listener,
             wake: eventfd().map_err(io_err)?,
@@ -216,28 +294,24 @@ impl OnDemand {
 
     /// A link to `peer`: one that arrived, else this rank dials it (and, if `peer` dialled at
     /// the same moment and wins, takes its connection), before `deadline` or until `stop`
-    /// says. Its streams, the first first. A peer that refuses the connection has exited.
-    pub fn link(
-        &self,
-        peer: usize,
-        deadline: Instant,
-        stop: &dyn Fn() -> bool,
-    ) -> Result<Vec<TcpStream>> {
+    /// says. A link this rank dialled has its setup begun, not finished. A peer that refuses
+    /// the connection has exited.
+    pub fn link(&self, peer: usize, deadline: Instant, stop: &dyn Fn() -> bool) -> Result<S::Link> {
         let (view, addr, streams) = {
             let mut book = self.shared.lock();
+            if let Some(ended) = book.take_ended(peer) {
+                return ended;
+            }
             match std::mem::replace(&mut book.links[peer], State::Dialling) {
-                State::Arrived(socks) => {
-                    book.links[peer] = State::Linked;
-                    return Ok(socks);
-                }
                 State::Unlinked => {}
-                // The peer is dialling this rank (its streams on their way): wait for them.
-                State::Accepting(got) => {
-                    book.links[peer] = State::Accepting(got);
+                // The peer is dialling this rank (its streams on their way, or its link
+                // being set up): wait for it.
+                waiting @ (State::Accepting(_) | State::Finishing(..)) => {
+                    book.links[peer] = waiting;
                     drop(book);
                     return self.wait_for(peer, deadline, stop);
                 }
-                State::Linked | State::Dialling => {
+                State::Arrived(_) | State::Failed(_) | State::Linked | State::Dialling => {
                     book.links[peer] = State::Linked;
                     return Err(Error::backend(format!("rank {peer} is linked already")));
                 }
@@ -252,7 +326,7 @@ impl OnDemand {
         match dialled {
             Ok(Some(socks)) => {
                 book.links[peer] = State::Linked;
-                Ok(socks)
+                book.setup.start(peer, socks)
             }
             // Refused: the peer dialled too and its connection is the one kept.
             Ok(None) => {
@@ -306,22 +380,13 @@ impl OnDemand {
         Ok(Some(socks))
     }
 
-    /// Waits for `peer`'s streams, which it is dialling, until `deadline` or `stop`.
-    fn wait_for(
-        &self,
-        peer: usize,
-        deadline: Instant,
-        stop: &dyn Fn() -> bool,
-    ) -> Result<Vec<TcpStream>> {
+    /// Waits for `peer`'s link, which it is dialling, until `deadline` or `stop`.
+    fn wait_for(&self, peer: usize, deadline: Instant, stop: &dyn Fn() -> bool) -> Result<S::Link> {
         const STOP_SLICE: Duration = Duration::from_millis(50);
         let mut book = self.shared.lock();
         loop {
-            if let State::Arrived(_) = book.links[peer] {
-                if let State::Arrived(socks) =
-                    std::mem::replace(&mut book.links[peer], State::Linked)
-                {
-                    return Ok(socks);
-                }
+            if let Some(ended) = book.take_ended(peer) {
+                return ended;
             }
             let left = remaining(deadline).filter(|_| !stop());
             let Some(left) = left else {
@@ -339,23 +404,18 @@ impl OnDemand {
         }
     }
 
-    /// Links that arrived without this rank asking (the peers that dialled it), by peer.
-    pub fn arrivals(&self) -> Vec<(usize, Vec<TcpStream>)> {
+    /// Links that arrived without this rank asking (the peers that dialled it), set up, or
+    /// the errors their setup failed with, by peer.
+    pub fn arrivals(&self) -> Vec<(usize, Result<S::Link>)> {
         // Drained first, so that a wake written after the flag was cleared stays readable.
         let _ = (&self.shared.wake).read(&mut [0u8; 8]);
         if !self.shared.waiting.swap(false, Ordering::AcqRel) {
             return Vec::new();
         }
         let mut book = self.shared.lock();
-        let mut out = Vec::new();
-        for (p, state) in book.links.iter_mut().enumerate() {
-            if matches!(state, State::Arrived(_)) {
-                if let State::Arrived(socks) = std::mem::replace(state, State::Linked) {
-                    out.push((p, socks));
-                }
-            }
-        }
-        out
+        (0..book.links.len())
+            .filter_map(|p| book.take_ended(p).map(|ended| (p, ended)))
+            .collect()
     }
 
     /// What the mesh polls to wake when a link arrives.
@@ -364,11 +424,13 @@ impl OnDemand {
     }
 
     /// Goes on as the group of the ranks `keep` (sorted, old numbers) with id `group`: the
-    /// links and addresses renumbered, hellos checked against the new group from now on.
-    pub fn renumber(&self, keep: &[usize], group: u32) {
+    /// links and addresses renumbered, hellos checked against the new group and links made
+    /// with `setup` from now on.
+    pub fn renumber(&self, keep: &[usize], group: u32, setup: S) {
         let mut book = self.shared.lock();
+        book.setup = setup;
         let old_rank = book.view.rank;
-        let mut links: Vec<State> = keep
+        let mut links: Vec<State<S::Link>> = keep
             .iter()
             .map(|&p| std::mem::replace(&mut book.links[p], State::Unlinked))
             .collect();
@@ -386,7 +448,7 @@ impl OnDemand {
     }
 }
 
-impl Drop for OnDemand {
+impl<S: LinkSetup> Drop for OnDemand<S> {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
         // Wakes the thread's poll at once (a shut listener reads as hung up).
@@ -397,11 +459,11 @@ impl Drop for OnDemand {
     }
 }
 
-/// The accepting thread: serves the listener (its handshakes in progress in `accepting`)
-/// until told to stop.
-fn serve(shared: &Shared, mut accepting: Accepting) {
+/// The accepting thread: serves the listener (its handshakes in progress in `accepting`) and
+/// sets up the links accepted, until told to stop.
+fn serve<S: LinkSetup>(shared: &Shared<S>, mut accepting: Accepting) {
     while !shared.stop.load(Ordering::Acquire) {
-        let admitted = {
+        let (ended, mut fds) = {
             let mut book = shared.lock();
             let View {
                 job,
@@ -416,14 +478,17 @@ fn serve(shared: &Shared, mut accepting: Accepting) {
                 job,
                 key: shared.key.as_ref(),
             };
-            accepting.serve(&shared.listener, &acceptor, &mut *book)
+            accepting.serve(&shared.listener, &acceptor, &mut *book);
+            let ended = book.finish_links();
+            let mut fds = accepting.pollfds(&shared.listener);
+            fds.extend(book.setup_pollfds());
+            (ended, fds)
         };
-        if admitted > 0 {
+        if ended > 0 {
             shared.waiting.store(true, Ordering::Release);
             shared.arrived.notify_all();
             let _ = (&shared.wake).write(&1u64.to_ne_bytes());
         }
-        let mut fds = accepting.pollfds(&shared.listener);
         poll_fds(&mut fds, Duration::from_millis(500));
     }
 }
