@@ -175,13 +175,17 @@ impl Tls {
     /// Certificate files: `[(variable, path)]` of the chain, the key and the CA.
     pub fn with_files(files: [(&str, &str); 3], local: bool) -> Result<Tls> {
         let [(cert_var, cert), (key_var, key), (ca_var, ca)] = files;
-        Ok(Tls {
+        let tls = Tls {
             chain: files::chain(cert_var, cert)?,
             key: Arc::new(files::private_key(key_var, key)?),
             trust: Trust::Ca(Arc::new(files::roots(ca_var, ca)?)),
             local,
             provider: provider(),
-        })
+        };
+        // A key that is not the certificate's is found here, before init, so that every rank
+        // can say so (`agree`), not at the first handshake, where only this one could.
+        tls.server_config(None)?;
+        Ok(tls)
     }
 
     /// Pinned keys, with this process's own key pair.
@@ -308,6 +312,12 @@ fn unhex(text: &str) -> Option<Vec<u8>> {
 
 /// What a published token says: its mode (`off`, `ca`, `pin`, with `+local`), and a pinned
 /// rank's hash and tag.
+/// What a rank publishes in place of its settings when it cannot use them (a key that does not
+/// match its certificate, a file it cannot read): `why`, so that every rank can say it.
+pub fn broken_token(why: &Error) -> String {
+    format!("tls=broken:{}", hex(why.to_string().as_bytes()))
+}
+
 fn parse_token(token: &str) -> (&str, Option<(&str, &str)>) {
     let mode = token.strip_prefix("tls=").unwrap_or("off");
     match mode.split_once(':') {
@@ -326,6 +336,21 @@ pub fn agree(
     key: Option<&AuthKey>,
     entry: &dyn Fn(usize) -> String,
 ) -> Result<Vec<Option<Fingerprint>>> {
+    let broken: Vec<String> = tokens
+        .iter()
+        .enumerate()
+        .filter_map(|(r, t)| {
+            let why = t.strip_prefix("tls=broken:")?;
+            let why = unhex(why).and_then(|b| String::from_utf8(b).ok());
+            Some(format!(
+                "rank {r} cannot use its TLS settings: {}",
+                why.as_deref().unwrap_or("(its reason is garbled)")
+            ))
+        })
+        .collect();
+    if !broken.is_empty() {
+        return Err(Error::network(broken.join("; ")));
+    }
     let modes: Vec<&str> = tokens.iter().map(|t| parse_token(t).0).collect();
     if modes.iter().any(|m| *m != modes[rank]) {
         let mut by_mode: Vec<(&str, Vec<usize>)> = Vec::new();

@@ -317,6 +317,17 @@ fn ranks_agree_on_the_mode_and_pins_are_signed() {
     );
     let plain = vec!["tls=off".to_string(), String::new()];
     assert_eq!(agree(&plain, 0, None, &entry).unwrap(), vec![None, None]);
+    // A rank that cannot use its settings says why, and every rank repeats it.
+    let why = Error::invalid("RUSTDIST_TLS_KEY (k.pem) does not match its certificate");
+    let broken = vec!["tls=ca".to_string(), broken_token(&why)];
+    for rank in 0..2 {
+        let e = agree(&broken, rank, None, &entry).unwrap_err().to_string();
+        assert!(
+            e.contains("rank 1 cannot use its TLS settings: ")
+                && e.contains("RUSTDIST_TLS_KEY (k.pem) does not match its certificate"),
+            "{e}"
+        );
+    }
 }
 
 /// Process CPU seconds (user and system) so far.

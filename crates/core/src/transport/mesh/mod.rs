@@ -135,7 +135,9 @@ impl MeshTransport {
                 || (shared_memory && host_of[p] == host_of[rank])
         };
         let key = AuthKey::from_env();
-        let tls = Tls::from_env(key.as_ref())?;
+        // Settings this rank cannot use are published, not raised here: every rank then fails
+        // at `agree`, saying why.
+        let tls = Tls::from_env(key.as_ref());
         let mut mesh = connect_mesh_with(
             &*store,
             prefix,
@@ -144,13 +146,13 @@ impl MeshTransport {
             group,
             deadline,
             key.as_ref(),
-            tls.as_ref(),
+            tls.as_ref().map(Option::as_ref),
             &now,
         )?;
         // Every rank read every rank's settings: all fail alike where they disagree.
         let entry = |r: usize| format!("{prefix}/addr/{r}");
         let pins = tls::agree(&mesh.tls, rank, key.as_ref(), &entry)?;
-        let tls = tls.map(|t| LinkTls::new(t, pins, rank));
+        let tls = tls?.map(|t| LinkTls::new(t, pins, rank));
         let peer_ips: Vec<_> = mesh.addrs.iter().map(|a| a.map(|a| a.ip())).collect();
         let heartbeat = match (heartbeat_config, mesh.udp.take()) {
             (Some(config), Some(udp)) => Some(Heartbeat::start(

@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::interrupt;
 use crate::netio::{listen_on, timed_out, DeadlineIo};
 use crate::store::Store;
-use crate::tls::Tls;
+use crate::tls::{broken_token, Tls};
 use crate::transport::remaining;
 
 // ---------------------------------------------------------------------------------------------
@@ -290,7 +290,8 @@ fn bind_pair(ip: IpAddr) -> Result<(TcpListener, UdpSocket, SocketAddr)> {
 /// rest are left to links on demand, [`super::OnDemand`]): publishes its listening address
 /// under `{prefix}/addr/{rank}`, dials the lower ranks named and accepts the higher ones, all
 /// before `deadline`, authenticating with `key` when given and publishing the settings of
-/// `tls` with its address (links are encrypted later, by the mesh). Every rank must pass a symmetric
+/// `tls` with its address (links are encrypted later, by the mesh), or why this rank cannot
+/// use its settings, so that every rank fails saying so ([`crate::tls::agree`]). Every rank must pass a symmetric
 /// `now` (p names q exactly when q names p). Every peer's address is learnt either way, in
 /// two store requests.
 #[allow(clippy::too_many_arguments)]
@@ -302,15 +303,19 @@ pub fn connect_mesh_with(
     group: u32,
     deadline: Instant,
     key: Option<&AuthKey>,
-    tls: Option<&Tls>,
+    tls: std::result::Result<Option<&Tls>, &Error>,
     now: &dyn Fn(usize) -> bool,
 ) -> Result<Mesh> {
     let mut socks: Vec<Option<TcpStream>> = (0..size).map(|_| None).collect();
     let mut addrs = vec![None; size];
     let entry_key = |r: usize| format!("{prefix}/addr/{r}");
     let mut tokens = vec![String::new(); size];
-    if let (Some(tls), Some(own)) = (tls, tokens.get_mut(rank)) {
-        *own = tls.token(key, &entry_key(rank));
+    if let Some(own) = tokens.get_mut(rank) {
+        *own = match tls {
+            Ok(Some(tls)) => tls.token(key, &entry_key(rank)),
+            Ok(None) => String::new(),
+            Err(why) => broken_token(why),
+        };
     }
     if size <= 1 {
         return Ok(Mesh {

@@ -42,7 +42,7 @@ fn spawn_rank(
             GROUP,
             deadline,
             key.as_ref(),
-            None,
+            Ok(None),
             &|_| true,
         )
         .map(|m| m.socks)
