@@ -25,7 +25,9 @@ impl MeshTransport {
         match on_demand.link(p, deadline, &stop) {
             Ok(link) => {
                 self.install(p, link);
-                Ok(())
+                // A link this rank dialled shakes hands now, every stream of it (the peer's
+                // accepting thread waits for all of them, and a frame may use only one).
+                self.finish_handshakes(deadline).map_err(|e| self.fail(e))
             }
             Err(e) => {
                 // What stopped the dial is the error to report.

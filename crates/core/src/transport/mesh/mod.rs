@@ -251,10 +251,9 @@ impl MeshTransport {
         Ok(transport)
     }
 
-    /// Completes the TLS handshakes of the links made at connect, all at once, so that a
-    /// refused certificate fails init on both sides, naming the peer. (Links made later
-    /// shake hands as they are first used by the rank that dialled, and in the accepting
-    /// thread of the other.)
+    /// Completes the TLS handshakes of the links in place, all at once: at connect, so that a
+    /// refused certificate fails init on both sides, naming the peer; and when this rank has
+    /// dialled a peer on demand (the peer's end is its accepting thread's).
     fn finish_handshakes(&mut self, deadline: Instant) -> Result<()> {
         if self.tls.is_none() {
             return Ok(());
