@@ -2,11 +2,17 @@
 //! publishes the piece, reduces its own 1/n slice of it from every rank's slot (in rank
 //! order), publishes that reduced slice, and copies the others' reduced slices. Each rank
 //! reduces 1/n of the data instead of all of it; two waits per piece.
+//!
+//! Two ranks publish only the slice the other reduces, and each reduces into its own buffer
+//! (`mine op= theirs`): for SUM and PRODUCT, which are commutative bit for bit (NaN payloads
+//! aside), that is the rank-order result, with 40% less copying.
 
 use crate::algorithms::common::{part, reduce_contributions, shared, slot_pieces, wait_all};
 use crate::error::Result;
+use crate::reduce::reduce_into;
 use crate::transport::workspace::SLOT_BYTES;
 use crate::transport::{OpCtx, Transport};
+use crate::types::ReduceOp;
 
 /// All-reduces `buf` in place with `ctx.reduce` over the ranks of the workspace.
 pub fn all_reduce(t: &mut dyn Transport, ctx: &OpCtx, buf: &mut [u8]) -> Result<()> {
@@ -24,10 +30,24 @@ pub fn all_reduce(t: &mut dyn Transport, ctx: &OpCtx, buf: &mut [u8]) -> Result<
             p.start * es..p.end * es
         };
         let mine = slice(me);
-        ws.prepare(ctx)?[..chunk.len()].copy_from_slice(chunk);
-        ws.publish(&[]);
-        wait_all(ws, ctx)?;
-        reduce_contributions(ws, ctx, &mut chunk[mine.clone()], Some(mine.start))?;
+        if n == 2 && matches!(ctx.reduce, ReduceOp::Sum | ReduceOp::Product) {
+            let (peer, theirs) = (1 - me, slice(1 - me));
+            ws.prepare(ctx)?[theirs.clone()].copy_from_slice(&chunk[theirs]);
+            ws.publish(&[]);
+            wait_all(ws, ctx)?;
+            let (dtype, op) = (ctx.sig.dtype, ctx.reduce);
+            reduce_into(
+                dtype,
+                op,
+                &mut chunk[mine.clone()],
+                &ws.slot(peer)[mine.clone()],
+            )?;
+        } else {
+            ws.prepare(ctx)?[..chunk.len()].copy_from_slice(chunk);
+            ws.publish(&[]);
+            wait_all(ws, ctx)?;
+            reduce_contributions(ws, ctx, &mut chunk[mine.clone()], Some(mine.start))?;
+        }
         ws.prepare(ctx)?[..mine.len()].copy_from_slice(&chunk[mine.clone()]);
         ws.publish(&[]);
         wait_all(ws, ctx)?;
