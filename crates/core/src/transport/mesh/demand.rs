@@ -27,7 +27,8 @@ impl MeshTransport {
                 self.install(p, link);
                 // A link this rank dialled shakes hands now, every stream of it (the peer's
                 // accepting thread waits for all of them, and a frame may use only one).
-                self.finish_handshakes(deadline).map_err(|e| self.fail(e))
+                self.finish_handshakes(p..p + 1, deadline)
+                    .map_err(|e| self.fail(e))
             }
             Err(e) => {
                 // What stopped the dial is the error to report.

@@ -21,6 +21,7 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -194,10 +195,7 @@ impl MeshTransport {
         let on_demand = match eager {
             true => None,
             false => {
-                let setup = OnDemandLinks {
-                    tls: tls.clone(),
-                    rank,
-                };
+                let setup = OnDemandLinks { tls: tls.clone() };
                 OnDemand::start(&mut mesh, group, rank, links.streams, key, setup)?
             }
         };
@@ -244,25 +242,23 @@ impl MeshTransport {
             heartbeat,
             waited: Duration::ZERO,
             on_demand,
-            tls,
             host,
         };
-        transport.finish_handshakes(deadline)?;
+        transport.finish_handshakes(0..size, deadline)?;
         Ok(transport)
     }
 
-    /// Completes the TLS handshakes of the links in place, all at once: at connect, so that a
-    /// refused certificate fails init on both sides, naming the peer; and when this rank has
-    /// dialled a peer on demand (the peer's end is its accepting thread's).
-    fn finish_handshakes(&mut self, deadline: Instant) -> Result<()> {
-        if self.tls.is_none() {
-            return Ok(());
-        }
+    /// Completes the TLS handshakes of the links of `peers`, every stream of each, all at once
+    /// (links without TLS have none): at connect, every peer, so that a refused certificate
+    /// fails init on both sides, naming the peer; and the peer this rank has just dialled on
+    /// demand (the peer's end is its accepting thread's).
+    fn finish_handshakes(&mut self, peers: Range<usize>, deadline: Instant) -> Result<()> {
         let rank = self.rank;
         loop {
             let mut fds = Vec::new();
             let mut waiting = Vec::new();
-            for (p, peer) in self.peers.iter_mut().enumerate() {
+            let links = self.peers.get_mut(peers.clone()).unwrap_or_default();
+            for (p, peer) in peers.clone().zip(links) {
                 let Some(peer) = peer.as_mut().filter(|x| x.link.linked()) else {
                     continue;
                 };

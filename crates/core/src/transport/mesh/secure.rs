@@ -84,11 +84,11 @@ pub(super) fn handshake_failed(rank: usize, peer: usize, e: &io::Error) -> Error
     ))
 }
 
-/// How rank `rank` makes the links made on demand: [`connection`] with the group's TLS, if
-/// any, whose handshake the accepting thread finishes for the links peers make to this rank.
+/// How the links made on demand are made: [`connection`] with the group's TLS, if any, whose
+/// handshake the accepting thread finishes for the links peers make to this rank. The one
+/// owner of the TLS settings after connect: only these links are made later.
 pub(super) struct OnDemandLinks {
     pub(super) tls: Option<LinkTls>,
-    pub(super) rank: usize,
 }
 
 impl LinkSetup for OnDemandLinks {
@@ -103,8 +103,12 @@ impl LinkSetup for OnDemandLinks {
     }
 
     fn progress(&self, peer: usize, link: &mut Connection) -> Result<bool> {
-        link.handshake()
-            .map_err(|e| handshake_failed(self.rank, peer, &e))
+        match &self.tls {
+            Some(tls) => link
+                .handshake()
+                .map_err(|e| handshake_failed(tls.rank, peer, &e)),
+            None => Ok(true),
+        }
     }
 
     fn pollfds(&self, link: &Connection) -> Vec<libc::pollfd> {

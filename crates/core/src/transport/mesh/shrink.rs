@@ -318,14 +318,11 @@ impl MeshTransport {
         if let Some(beat) = &heartbeat {
             beat.shrink(keep, group, cancel.clone());
         }
-        let tls = self.tls.as_ref().map(|t| t.renumber(keep, me));
         let on_demand = self.on_demand.take();
         if let Some(links) = &on_demand {
-            let setup = OnDemandLinks {
-                tls: tls.clone(),
-                rank: me,
-            };
-            links.renumber(keep, group, setup);
+            links.renumber(keep, group, |old| OnDemandLinks {
+                tls: old.tls.as_ref().map(|t| t.renumber(keep, me)),
+            });
         }
         let size = keep.len();
         MeshTransport {
@@ -351,7 +348,6 @@ impl MeshTransport {
             heartbeat,
             waited: Duration::ZERO,
             on_demand,
-            tls,
             host,
         }
     }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::link::Connection;
-use super::secure::{LinkTls, OnDemandLinks};
+use super::secure::OnDemandLinks;
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
 use crate::recorder;
@@ -63,10 +63,9 @@ pub struct MeshTransport {
     pub(super) heartbeat: Option<Heartbeat>,
     /// Time slept waiting for peers since the group last took it (its counters).
     pub(super) waited: Duration,
-    /// Links made on first use (None: every peer was linked at connect).
+    /// Links made on first use, with the TLS settings they are made with (None: every peer
+    /// was linked at connect, and no link is made later).
     pub(super) on_demand: Option<OnDemand<OnDemandLinks>>,
-    /// TLS on the links (None: off).
-    pub(super) tls: Option<LinkTls>,
     /// Shared memory with the peers on this host; after `peers` and `ws`, so the pipes and
     /// the workspace go first.
     pub(super) host: Option<ShmHost>,

@@ -425,10 +425,10 @@ impl<S: LinkSetup> OnDemand<S> {
 
     /// Goes on as the group of the ranks `keep` (sorted, old numbers) with id `group`: the
     /// links and addresses renumbered, hellos checked against the new group and links made
-    /// with `setup` from now on.
-    pub fn renumber(&self, keep: &[usize], group: u32, setup: S) {
+    /// from now on with the setup `renumber` makes of the old one.
+    pub fn renumber(&self, keep: &[usize], group: u32, renumber: impl FnOnce(&S) -> S) {
         let mut book = self.shared.lock();
-        book.setup = setup;
+        book.setup = renumber(&book.setup);
         let old_rank = book.view.rank;
         let mut links: Vec<State<S::Link>> = keep
             .iter()
