@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 use crate::reduce::{accumulates_in_f32, reduce_in_f32, reduce_into};
 use crate::transport::workspace::{SingleCopy, INLINE_BYTES, SLOT_BYTES};
 use crate::transport::{Op, OpCtx, Peers, SharedMemory, Transport};
+use crate::types::ReduceOp;
 
 /// Elements `[start, end)` of part `i` when `numel` elements are split into `parts` parts whose
 /// sizes differ by at most one (the first `numel % parts` parts get the extra element).
@@ -214,7 +215,10 @@ pub(crate) fn contribution(ws: &dyn SharedMemory, p: usize, len: usize) -> &[u8]
 /// Reduces the current step's contributions of every local rank (`out.len()` bytes each, at
 /// `at` in the slots when given, else published with [`publish_data`]) into `out`, in rank
 /// order, so that every rank computing it gets the same bits (half precision accumulated in
-/// f32, see [`reduce_in_f32`]).
+/// f32, see [`reduce_in_f32`]). Two ranks' SUM or PRODUCT of published data is `out op=
+/// theirs` on each (`out` holds this rank's own): commutative bit for bit but NaN payloads
+/// (where both are NaN, each rank's result is a NaN of either), and rank 1 neither copies
+/// rank 0's contribution nor reads its own back.
 pub(crate) fn reduce_contributions(
     ws: &dyn SharedMemory,
     ctx: &OpCtx,
@@ -229,6 +233,9 @@ pub(crate) fn reduce_contributions(
     let (dtype, op, n) = (ctx.sig.dtype, ctx.reduce, ws.local_size());
     if accumulates_in_f32(dtype, op, n) {
         return reduce_in_f32(dtype, op, out, n, part);
+    }
+    if at.is_none() && n == 2 && matches!(op, ReduceOp::Sum | ReduceOp::Product) {
+        return reduce_into(dtype, op, out, part(1 - ws.local_rank()));
     }
     if ws.local_rank() != 0 || at.is_some() {
         out.copy_from_slice(part(0));

@@ -1,6 +1,7 @@
 //! One-shot all_reduce in shared memory: every rank publishes its data (in the flag's cache
 //! line when it fits, else in its slot) and reduces every contribution, in rank order, into
-//! its own buffer. One wait per slot-sized piece; all ranks compute the same bits.
+//! its own buffer. One wait per slot-sized piece; all ranks compute the same bits (but NaN
+//! payloads of two ranks' SUM and PRODUCT, where each reduces the other's into its own).
 
 use crate::algorithms::common::{
     publish_data, reduce_contributions, shared, slot_pieces, wait_all,
