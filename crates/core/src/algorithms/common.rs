@@ -4,11 +4,11 @@
 
 use std::ops::Range;
 
+use crate::algorithms::params::pair_reduces_into_own;
 use crate::error::{Error, Result};
 use crate::reduce::{accumulates_in_f32, reduce_in_f32, reduce_into};
 use crate::transport::workspace::{SingleCopy, INLINE_BYTES, SLOT_BYTES};
 use crate::transport::{Op, OpCtx, Peers, SharedMemory, Transport};
-use crate::types::ReduceOp;
 
 /// Elements `[start, end)` of part `i` when `numel` elements are split into `parts` parts whose
 /// sizes differ by at most one (the first `numel % parts` parts get the extra element).
@@ -234,7 +234,7 @@ pub(crate) fn reduce_contributions(
     if accumulates_in_f32(dtype, op, n) {
         return reduce_in_f32(dtype, op, out, n, part);
     }
-    if at.is_none() && n == 2 && matches!(op, ReduceOp::Sum | ReduceOp::Product) {
+    if at.is_none() && pair_reduces_into_own(n, op) {
         return reduce_into(dtype, op, out, part(1 - ws.local_rank()));
     }
     if ws.local_rank() != 0 || at.is_some() {

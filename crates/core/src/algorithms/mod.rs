@@ -124,6 +124,7 @@ pub fn all_reduce(
         .all_reduce(
             buf.len(),
             ctx.sig.dtype,
+            ctx.reduce,
             t.size(),
             t.link_kind(),
             single_copy,

@@ -8,11 +8,11 @@
 //! aside), that is the rank-order result, with 40% less copying.
 
 use crate::algorithms::common::{part, reduce_contributions, shared, slot_pieces, wait_all};
+use crate::algorithms::params::pair_reduces_into_own;
 use crate::error::Result;
 use crate::reduce::reduce_into;
 use crate::transport::workspace::SLOT_BYTES;
 use crate::transport::{OpCtx, Transport};
-use crate::types::ReduceOp;
 
 /// All-reduces `buf` in place with `ctx.reduce` over the ranks of the workspace.
 pub fn all_reduce(t: &mut dyn Transport, ctx: &OpCtx, buf: &mut [u8]) -> Result<()> {
@@ -30,7 +30,7 @@ pub fn all_reduce(t: &mut dyn Transport, ctx: &OpCtx, buf: &mut [u8]) -> Result<
             p.start * es..p.end * es
         };
         let mine = slice(me);
-        if n == 2 && matches!(ctx.reduce, ReduceOp::Sum | ReduceOp::Product) {
+        if pair_reduces_into_own(n, ctx.reduce) {
             let (peer, theirs) = (1 - me, slice(1 - me));
             ws.prepare(ctx)?[theirs.clone()].copy_from_slice(&chunk[theirs]);
             ws.publish(&[]);

@@ -48,8 +48,11 @@ impl HostCpu {
     /// rank reduce its slice from the same slice of the peers' buffers, read straight from
     /// their memory, where the ranks may (None: never; docs/tuning.md, "Single-copy
     /// all_reduce").
-    pub fn single_copy_all_reduce_min_bytes(self) -> Option<usize> {
-        self.bands().all_reduce_min_bytes
+    pub fn single_copy_all_reduce_min_bytes(self, pair: bool) -> Option<usize> {
+        match pair {
+            true => self.bands().all_reduce_pair_min_bytes,
+            false => self.bands().all_reduce_min_bytes,
+        }
     }
 
     /// From how many bytes per rank an all_to_all of equal blocks in shared memory has every

@@ -12,14 +12,15 @@ use super::overrides::{
 use super::thresholds::{
     RING_CHUNK_BYTES, RING_CHUNK_BYTES_SLOW_LINK, RING_PIECE_BYTES_SLOW_LINK,
     SHARED_CORES_SINGLE_COPY_ALL_TO_ALL_MIN_BYTES, SHM_ALL_REDUCE_ONESHOT_MAX_BYTES,
-    SHM_ALL_REDUCE_ONESHOT_MAX_BYTES_HALF, TCP_ALL_GATHER_BRUCK_MAX_BLOCK_BYTES,
-    TCP_ALL_GATHER_BRUCK_MIN_WORLD, TCP_ALL_GATHER_DIRECT_MAX_BYTES, TCP_ALL_REDUCE_RD_MAX_BYTES,
+    SHM_ALL_REDUCE_ONESHOT_MAX_BYTES_HALF, SHM_ALL_REDUCE_ONESHOT_MAX_BYTES_PAIR,
+    TCP_ALL_GATHER_BRUCK_MAX_BLOCK_BYTES, TCP_ALL_GATHER_BRUCK_MIN_WORLD,
+    TCP_ALL_GATHER_DIRECT_MAX_BYTES, TCP_ALL_REDUCE_RD_MAX_BYTES,
     TCP_BROADCAST_CHAIN_HOST_BOUND_MIN_BYTES, TCP_BROADCAST_CHAIN_MIN_BYTES,
 };
-use crate::algorithms::params::RingShape;
+use crate::algorithms::params::{pair_reduces_into_own, RingShape};
 use crate::transport::workspace::SingleCopy;
 use crate::transport::LinkKind;
-use crate::types::DType;
+use crate::types::{DType, ReduceOp};
 
 /// How far the recursive doubling / ring crossover of all_reduce moves up from 4 ranks to
 /// `world`: the ring's 2(n - 1) steps of latency against doubling's log2 n, with n - 1 over n
@@ -51,34 +52,40 @@ pub(super) fn chain_crossover_growth(world: usize, measured: usize) -> f64 {
 }
 
 /// The largest shared-memory all_reduce per rank that runs one-shot: lower for f16/bf16, whose
-/// reduction costs more per byte, so halving each rank's share pays from fewer bytes.
-fn shm_all_reduce_oneshot_max_bytes(dtype: DType) -> usize {
+/// reduction costs more per byte, so halving each rank's share pays from fewer bytes; but
+/// where two ranks each reduce into their own buffer, whose one-shot copies nothing.
+fn shm_all_reduce_oneshot_max_bytes(dtype: DType, op: ReduceOp, world: usize) -> usize {
     match dtype {
+        _ if pair_reduces_into_own(world, op) => SHM_ALL_REDUCE_ONESHOT_MAX_BYTES_PAIR,
         DType::F16 | DType::BF16 => SHM_ALL_REDUCE_ONESHOT_MAX_BYTES_HALF,
         _ => SHM_ALL_REDUCE_ONESHOT_MAX_BYTES,
     }
 }
 
 impl AlgoOverrides {
-    /// all_reduce of `bytes` per rank on `world` ranks; `single_copy`: whether the ranks on the
-    /// host may read each other's memory, each with a core.
+    /// all_reduce of `bytes` per rank of `dtype` with kernel op `op` on `world` ranks;
+    /// `single_copy`: whether the ranks on the host may read each other's memory, each with a
+    /// core.
     pub fn all_reduce(
         &self,
         bytes: usize,
         dtype: DType,
+        op: ReduceOp,
         world: usize,
         link: LinkKind,
         single_copy: SingleCopy,
     ) -> AllReduceAlgo {
         self.all_reduce.unwrap_or(match link {
-            LinkKind::SharedMemory if bytes <= shm_all_reduce_oneshot_max_bytes(dtype) => {
+            LinkKind::SharedMemory
+                if bytes <= shm_all_reduce_oneshot_max_bytes(dtype, op, world) =>
+            {
                 AllReduceAlgo::ShmOneShot
             }
             LinkKind::SharedMemory
                 if single_copy == SingleCopy::CoreEach
                     && self
                         .cpu
-                        .single_copy_all_reduce_min_bytes()
+                        .single_copy_all_reduce_min_bytes(pair_reduces_into_own(world, op))
                         .is_some_and(|min| bytes >= min) =>
             {
                 AllReduceAlgo::ShmSingleCopy
@@ -103,6 +110,7 @@ impl AlgoOverrides {
         self.policy().all_reduce(
             bytes,
             DType::F32,
+            ReduceOp::Sum,
             hosts,
             LinkKind::Tcp,
             SingleCopy::Unavailable,

@@ -4,7 +4,7 @@
 use super::overrides::AlgoOverrides;
 use crate::transport::workspace::SingleCopy;
 use crate::transport::LinkKind;
-use crate::types::DType;
+use crate::types::{DType, ReduceOp};
 
 /// One row of the selection table: the algorithm `collective` runs with `bytes` (per rank; the
 /// gathered total for all_gather) on `world` ranks connected by `link`.
@@ -44,7 +44,7 @@ pub fn table(
                 let picks: [(&'static str, &'static str); 9] = [
                     (
                         "all_reduce",
-                        o.all_reduce(bytes, DType::F32, world, link, one_copy)
+                        o.all_reduce(bytes, DType::F32, ReduceOp::Sum, world, link, one_copy)
                             .name(),
                     ),
                     (

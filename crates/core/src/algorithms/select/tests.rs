@@ -5,7 +5,7 @@ use std::time::Duration;
 use super::*;
 use crate::algorithms::params::RingShape;
 use crate::transport::LinkKind;
-use crate::types::DType;
+use crate::types::{DType, ReduceOp};
 use SingleCopy::{CoreEach, SharedCores, Unavailable};
 
 #[test]
@@ -17,19 +17,19 @@ fn defaults_depend_on_size_and_links() {
         LinkKind::Hierarchical,
     );
     assert_eq!(
-        o.all_reduce(1024, DType::F32, 4, tcp, Unavailable),
+        o.all_reduce(1024, DType::F32, ReduceOp::Sum, 4, tcp, Unavailable),
         AllReduceAlgo::RecursiveDoubling
     );
     assert_eq!(
-        o.all_reduce(64 << 20, DType::F32, 4, tcp, Unavailable),
+        o.all_reduce(64 << 20, DType::F32, ReduceOp::Sum, 4, tcp, Unavailable),
         AllReduceAlgo::Ring
     );
     assert_eq!(
-        o.all_reduce(8, DType::F32, 2, shm, Unavailable),
+        o.all_reduce(8, DType::F32, ReduceOp::Sum, 2, shm, Unavailable),
         AllReduceAlgo::ShmOneShot
     );
     assert_eq!(
-        o.all_reduce(64 << 20, DType::F32, 2, shm, Unavailable),
+        o.all_reduce(64 << 20, DType::F32, ReduceOp::Sum, 2, shm, Unavailable),
         AllReduceAlgo::ShmTwoShot
     );
     // The bands of single-copy algorithms depend on the CPU.
@@ -37,7 +37,8 @@ fn defaults_depend_on_size_and_links() {
         cpu: HostCpu::Intel,
         ..o
     };
-    // Peers' slices read in one copy where the ranks may: on Intel's CPUs from 2 MiB.
+    // Peers' slices read in one copy where the ranks may: on Intel's CPUs from 2 MiB (three
+    // ranks, or two with an op other than SUM and PRODUCT; below).
     for (bytes, algo, on_intel) in [
         (
             64 << 10,
@@ -60,27 +61,42 @@ fn defaults_depend_on_size_and_links() {
             AllReduceAlgo::ShmSingleCopy,
         ),
     ] {
-        assert_eq!(
-            o.all_reduce(bytes, DType::F32, 2, shm, CoreEach),
-            algo,
-            "{bytes} bytes"
-        );
-        assert_eq!(
-            intel.all_reduce(bytes, DType::F32, 2, shm, CoreEach),
-            on_intel,
-            "{bytes} bytes, Intel"
-        );
+        for (op, world) in [(ReduceOp::Sum, 3), (ReduceOp::Max, 2)] {
+            assert_eq!(
+                o.all_reduce(bytes, DType::F32, op, world, shm, CoreEach),
+                algo,
+                "{bytes} bytes"
+            );
+            assert_eq!(
+                intel.all_reduce(bytes, DType::F32, op, world, shm, CoreEach),
+                on_intel,
+                "{bytes} bytes, Intel, {op:?} of {world}"
+            );
+        }
+    }
+    // Two ranks' SUM and PRODUCT two-shot copies less: single copy from 3 MiB.
+    for op in [ReduceOp::Sum, ReduceOp::Product] {
+        for (bytes, algo) in [
+            (2 << 20, AllReduceAlgo::ShmTwoShot),
+            ((3 << 20) - 4, AllReduceAlgo::ShmTwoShot),
+            (3 << 20, AllReduceAlgo::ShmSingleCopy),
+        ] {
+            let picked = intel.all_reduce(bytes, DType::F32, op, 2, shm, CoreEach);
+            assert_eq!(picked, algo, "{bytes} bytes, Intel, {op:?} of two");
+            let elsewhere = o.all_reduce(bytes, DType::F32, op, 2, shm, CoreEach);
+            assert_eq!(elsewhere, AllReduceAlgo::ShmTwoShot);
+        }
     }
     assert_eq!(
-        intel.all_reduce(64 << 20, DType::F32, 2, shm, Unavailable),
+        intel.all_reduce(64 << 20, DType::F32, ReduceOp::Sum, 2, shm, Unavailable),
         AllReduceAlgo::ShmTwoShot
     );
     assert_eq!(
-        intel.all_reduce(64 << 20, DType::F32, 2, tcp, CoreEach),
+        intel.all_reduce(64 << 20, DType::F32, ReduceOp::Sum, 2, tcp, CoreEach),
         AllReduceAlgo::Ring
     );
     assert_eq!(
-        o.all_reduce(8, DType::F32, 4, mixed, Unavailable),
+        o.all_reduce(8, DType::F32, ReduceOp::Sum, 4, mixed, Unavailable),
         AllReduceAlgo::Hierarchical
     );
     assert_eq!(
@@ -205,7 +221,7 @@ fn defaults_depend_on_size_and_links() {
         AllToAllAlgo::Shm
     );
     assert_eq!(
-        intel.all_reduce(64 << 20, DType::F32, 4, shm, SharedCores),
+        intel.all_reduce(64 << 20, DType::F32, ReduceOp::Sum, 4, shm, SharedCores),
         AllReduceAlgo::ShmTwoShot
     );
     assert_eq!(
@@ -223,7 +239,7 @@ fn defaults_depend_on_size_and_links() {
     assert_eq!(o.reduce(tcp), ReduceAlgo::BinomialTree);
     let forced = AlgoOverrides::parse("allreduce=ring").unwrap();
     assert_eq!(
-        forced.all_reduce(8, DType::F32, 4, shm, Unavailable),
+        forced.all_reduce(8, DType::F32, ReduceOp::Sum, 4, shm, Unavailable),
         AllReduceAlgo::Ring
     );
     let rows = table(&forced, &[2, 4], &[8, 1 << 20], 2);
@@ -251,23 +267,43 @@ fn defaults_depend_on_size_and_links() {
 #[test]
 fn half_precision_all_reduce_turns_two_shot_sooner() {
     // Reducing f16/bf16 costs more per byte: two-shot halves each rank's share from 16 KiB,
-    // where float32 stays one-shot up to 64 KiB.
+    // where float32 stays one-shot up to 64 KiB (three ranks, or MIN/MAX of two).
     let (o, shm) = (AlgoOverrides::default(), LinkKind::SharedMemory);
-    for dtype in [DType::F16, DType::BF16] {
-        assert_eq!(
-            o.all_reduce(8 << 10, dtype, 2, shm, CoreEach),
-            AllReduceAlgo::ShmOneShot
-        );
-        assert_eq!(
-            o.all_reduce(16 << 10, dtype, 2, shm, CoreEach),
-            AllReduceAlgo::ShmTwoShot
-        );
+    for (op, world) in [(ReduceOp::Sum, 3), (ReduceOp::Max, 2)] {
+        for dtype in [DType::F16, DType::BF16] {
+            assert_eq!(
+                o.all_reduce(8 << 10, dtype, op, world, shm, CoreEach),
+                AllReduceAlgo::ShmOneShot
+            );
+            assert_eq!(
+                o.all_reduce(16 << 10, dtype, op, world, shm, CoreEach),
+                AllReduceAlgo::ShmTwoShot
+            );
+        }
+        for dtype in [DType::F32, DType::F64, DType::I32] {
+            assert_eq!(
+                o.all_reduce(64 << 10, dtype, op, world, shm, CoreEach),
+                AllReduceAlgo::ShmOneShot
+            );
+        }
     }
-    for dtype in [DType::F32, DType::F64, DType::I32] {
-        assert_eq!(
-            o.all_reduce(64 << 10, dtype, 2, shm, CoreEach),
-            AllReduceAlgo::ShmOneShot
-        );
+}
+
+#[test]
+fn two_ranks_sum_and_product_stay_one_shot_to_64_kib() {
+    // Each reduces the other's data into its own buffer: one-shot copies nothing, in any dtype.
+    let (o, shm) = (AlgoOverrides::default(), LinkKind::SharedMemory);
+    for op in [ReduceOp::Sum, ReduceOp::Product] {
+        for dtype in [DType::F16, DType::BF16, DType::F32, DType::I64] {
+            assert_eq!(
+                o.all_reduce(64 << 10, dtype, op, 2, shm, CoreEach),
+                AllReduceAlgo::ShmOneShot
+            );
+            assert_eq!(
+                o.all_reduce((64 << 10) + 8, dtype, op, 2, shm, CoreEach),
+                AllReduceAlgo::ShmTwoShot
+            );
+        }
     }
 }
 
@@ -331,11 +367,11 @@ fn tcp_crossovers_follow_the_bandwidth_delay_product() {
     // and the chain take over from smaller sizes.
     let slow = on(40, 125_000_000);
     assert_eq!(
-        reference.all_reduce(128 << 10, DType::F32, 4, tcp, Unavailable),
+        reference.all_reduce(128 << 10, DType::F32, ReduceOp::Sum, 4, tcp, Unavailable),
         AllReduceAlgo::RecursiveDoubling
     );
     assert_eq!(
-        slow.all_reduce(128 << 10, DType::F32, 4, tcp, Unavailable),
+        slow.all_reduce(128 << 10, DType::F32, ReduceOp::Sum, 4, tcp, Unavailable),
         AllReduceAlgo::Ring
     );
     assert_eq!(
@@ -357,7 +393,7 @@ fn tcp_crossovers_follow_the_bandwidth_delay_product() {
     // A 10 Gbit/s link 1 ms away: latency dominates up to far larger sizes.
     let far = on(1000, 1_250_000_000);
     assert_eq!(
-        far.all_reduce(2 << 20, DType::F32, 4, tcp, Unavailable),
+        far.all_reduce(2 << 20, DType::F32, ReduceOp::Sum, 4, tcp, Unavailable),
         AllReduceAlgo::RecursiveDoubling
     );
     assert_eq!(
@@ -384,7 +420,14 @@ fn tcp_crossovers_follow_the_bandwidth_delay_product() {
         AllReduceAlgo::Ring
     );
     assert_eq!(
-        slow.all_reduce(8, DType::F32, 4, LinkKind::SharedMemory, Unavailable),
+        slow.all_reduce(
+            8,
+            DType::F32,
+            ReduceOp::Sum,
+            4,
+            LinkKind::SharedMemory,
+            Unavailable
+        ),
         AllReduceAlgo::ShmOneShot
     );
     // Forcing still wins over the model.
@@ -393,7 +436,7 @@ fn tcp_crossovers_follow_the_bandwidth_delay_product() {
         ..AlgoOverrides::parse("allreduce=recursive_doubling").unwrap()
     };
     assert_eq!(
-        forced.all_reduce(64 << 20, DType::F32, 4, tcp, Unavailable),
+        forced.all_reduce(64 << 20, DType::F32, ReduceOp::Sum, 4, tcp, Unavailable),
         AllReduceAlgo::RecursiveDoubling
     );
 }
@@ -463,29 +506,29 @@ fn tcp_all_reduce_keeps_recursive_doubling_to_larger_sizes_on_more_ranks() {
     assert!((ring_crossover_growth(1024) - 254.5 / 8.0).abs() < 0.1);
     // At 4 ranks as before: the ring from past 256 KiB.
     assert_eq!(
-        o.all_reduce(1 << 20, DType::F32, 4, tcp, Unavailable),
+        o.all_reduce(1 << 20, DType::F32, ReduceOp::Sum, 4, tcp, Unavailable),
         AllReduceAlgo::Ring
     );
     // Up to 952 KiB at 64 ranks (doubling's 6 steps against the ring's 126), 1.5 MiB at 128;
     // 16 MiB still rings.
     assert_eq!(
-        o.all_reduce(900 << 10, DType::F32, 64, tcp, Unavailable),
+        o.all_reduce(900 << 10, DType::F32, ReduceOp::Sum, 64, tcp, Unavailable),
         AllReduceAlgo::RecursiveDoubling
     );
     assert_eq!(
-        o.all_reduce(1 << 20, DType::F32, 64, tcp, Unavailable),
+        o.all_reduce(1 << 20, DType::F32, ReduceOp::Sum, 64, tcp, Unavailable),
         AllReduceAlgo::Ring
     );
     assert_eq!(
-        o.all_reduce(1 << 20, DType::F32, 128, tcp, Unavailable),
+        o.all_reduce(1 << 20, DType::F32, ReduceOp::Sum, 128, tcp, Unavailable),
         AllReduceAlgo::RecursiveDoubling
     );
     assert_eq!(
-        o.all_reduce(16 << 20, DType::F32, 64, tcp, Unavailable),
+        o.all_reduce(16 << 20, DType::F32, ReduceOp::Sum, 64, tcp, Unavailable),
         AllReduceAlgo::Ring
     );
     assert_eq!(
-        o.all_reduce(4 << 20, DType::F32, 1024, tcp, Unavailable),
+        o.all_reduce(4 << 20, DType::F32, ReduceOp::Sum, 1024, tcp, Unavailable),
         AllReduceAlgo::RecursiveDoubling
     );
 }

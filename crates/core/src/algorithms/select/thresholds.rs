@@ -43,6 +43,10 @@ pub(super) const SHM_ALL_REDUCE_ONESHOT_MAX_BYTES: usize = 64 << 10;
 /// The same for f16 and bf16: two-shot from 16 KiB (Intel Xeon VM, world 2, with the AVX-512
 /// kernels; tuning.md, "Shared-memory all_reduce").
 pub(super) const SHM_ALL_REDUCE_ONESHOT_MAX_BYTES_HALF: usize = 8 << 10;
+/// The same for two ranks' SUM and PRODUCT, every dtype: each rank reduces the other's data
+/// into its own buffer (`params::pair_reduces_into_own`), and one-shot is ahead up to 64 KiB
+/// (Intel Xeon VM, world 2; tuning.md, "Shared-memory all_reduce").
+pub(super) const SHM_ALL_REDUCE_ONESHOT_MAX_BYTES_PAIR: usize = 64 << 10;
 /// With more ranks than cores, single-copy all_to_all starts at this many bytes per rank at
 /// the least. 4 ranks on 2 cores, Intel Xeon VM (tuning.md, "More ranks than cores").
 pub(super) const SHARED_CORES_SINGLE_COPY_ALL_TO_ALL_MIN_BYTES: usize = 256 << 10;
@@ -53,6 +57,9 @@ pub(super) const SHARED_CORES_SINGLE_COPY_ALL_TO_ALL_MIN_BYTES: usize = 256 << 1
 pub(super) struct SingleCopyBands {
     /// all_reduce from this many bytes (None: never).
     pub all_reduce_min_bytes: Option<usize>,
+    /// The same for two ranks' SUM and PRODUCT, whose two-shot copies less
+    /// (`params::pair_reduces_into_own`).
+    pub all_reduce_pair_min_bytes: Option<usize>,
     /// all_to_all of equal blocks from this many bytes per rank (None: never).
     pub all_to_all_min_bytes: Option<usize>,
     /// broadcast of this many bytes.
@@ -65,6 +72,7 @@ pub(super) struct SingleCopyBands {
 /// "Single-copy" sections).
 pub(super) const INTEL: SingleCopyBands = SingleCopyBands {
     all_reduce_min_bytes: Some(2 << 20),
+    all_reduce_pair_min_bytes: Some(3 << 20),
     all_to_all_min_bytes: Some(32 << 10),
     broadcast_bytes: (16 << 10)..=usize::MAX,
     all_gather_bytes: (32 << 10)..=(16 << 20),
@@ -75,6 +83,7 @@ pub(super) const INTEL: SingleCopyBands = SingleCopyBands {
 /// sections).
 pub(super) const OTHER: SingleCopyBands = SingleCopyBands {
     all_reduce_min_bytes: None,
+    all_reduce_pair_min_bytes: None,
     all_to_all_min_bytes: None,
     broadcast_bytes: (256 << 10)..=(1 << 20),
     all_gather_bytes: (256 << 10)..=(4 << 20),

@@ -1,0 +1,117 @@
+"""Where one shared-memory all_reduce algorithm overtakes another: the same sizes and dtypes
+run with each algorithm forced (``RUSTDIST_ALGO=allreduce=<name>``), in turn, for a number of
+rounds, through the import-swap door, ranks started here on this host.
+
+    python tools/allreduce_crossover.py --algos shm_oneshot shm_twoshot \
+        --dtype float32 16K 32K 64K 128K --dtype bfloat16 4K 8K 16K --runs 3
+
+Each cell is the slowest rank's mean time per call (us) in a round of about 20 ms, the median
+of 7 rounds; a line per case gives every run of every algorithm, so the spread shows. Sums of
+ones double each call (to inf, at the same speed as finite values).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+ROUNDS = 7
+ROUND_BYTES = 20_000_000
+
+
+def parse_size(text: str) -> int:
+    """``64K``, ``2M`` or a plain number of bytes."""
+    scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1].upper(), 1)
+    return int(text.rstrip("KkMm")) * scale
+
+
+def rank_main(cases: list[tuple[str, int]]) -> None:
+    """One rank: times every case and, on rank 0, prints {case: us} as JSON."""
+    import torch
+
+    import rustdist as dist
+
+    rank = int(os.environ["RANK"])
+    dist.init_process_group("gloo", rank=rank, world_size=int(os.environ["WORLD_SIZE"]))
+    out = {}
+    for dtype, nbytes in cases:
+        t = torch.ones(nbytes // torch.tensor([], dtype=getattr(torch, dtype)).element_size(),
+                       dtype=getattr(torch, dtype))
+        iters = max(30, ROUND_BYTES // nbytes)
+        for _ in range(5):
+            dist.all_reduce(t)
+        rounds = []
+        for _ in range(ROUNDS):
+            dist.barrier()
+            start = time.perf_counter()
+            for _ in range(iters):
+                dist.all_reduce(t)
+            us = torch.tensor([(time.perf_counter() - start) / iters * 1e6])
+            dist.all_reduce(us, op=dist.ReduceOp.MAX)
+            rounds.append(us.item())
+        out[f"{dtype} {nbytes}"] = statistics.median(rounds)
+    if rank == 0:
+        print(json.dumps(out))
+    dist.destroy_process_group()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_once(algo: str, world: int, cases: list[tuple[str, int]]) -> dict[str, float]:
+    """The ranks of one run with `algo` forced (``auto``: the selection's own choice)."""
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+               WORLD_SIZE=str(world))
+    if algo != "auto":
+        env["RUSTDIST_ALGO"] = f"allreduce={algo}"
+    arg = json.dumps(cases)
+    procs = [subprocess.Popen([sys.executable, __file__, "--rank-cases", arg],
+                              env=dict(env, RANK=str(r)), stdout=subprocess.PIPE, text=True)
+             for r in range(world)]
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    if any(p.returncode for p in procs):
+        raise SystemExit(f"{algo}: a rank failed")
+    return json.loads(outs[0])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--algos", nargs="+", default=["shm_oneshot", "shm_twoshot"])
+    p.add_argument("--dtype", nargs="+", action="append", metavar=("DTYPE", "SIZE"),
+                   help="a dtype and its sizes (64K, 2M); repeat for more dtypes")
+    p.add_argument("--runs", type=int, default=3, help="runs of every algorithm, in turn")
+    p.add_argument("--world", type=int, default=2)
+    p.add_argument("--json", help="where to write every run's figures")
+    p.add_argument("--rank-cases", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.rank_cases:
+        rank_main([tuple(c) for c in json.loads(args.rank_cases)])
+        return
+    cases = [(d[0], parse_size(s)) for d in args.dtype or [["float32", "64K"]] for s in d[1:]]
+    runs: dict[str, list[dict[str, float]]] = {a: [] for a in args.algos}
+    for _ in range(args.runs):
+        for algo in args.algos:
+            runs[algo].append(run_once(algo, args.world, cases))
+    print("| case | " + " | ".join(f"{a} (us)" for a in args.algos) + " |")
+    print("|---|" + "---|" * len(args.algos))
+    for dtype, nbytes in cases:
+        key = f"{dtype} {nbytes}"
+        cells = [", ".join(f"{r[key]:.1f}" for r in runs[a]) for a in args.algos]
+        size = f"{nbytes >> 20} MiB" if nbytes >= 1 << 20 else f"{nbytes >> 10} KiB"
+        print(f"| {dtype} {size} | " + " | ".join(cells) + " |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"world": args.world, "runs": runs}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
