@@ -109,6 +109,16 @@ struct Ring {
     counts: stats::Counts,
 }
 
+impl Ring {
+    /// Entry `index`, unless the ring has gone round and overwritten it.
+    fn live(&mut self, index: u64) -> Option<&mut Entry> {
+        let cap = self.slots.len() as u64;
+        (self.recorded - index <= cap)
+            .then(|| self.slots[(index % cap) as usize].as_mut())
+            .flatten()
+    }
+}
+
 /// A handle on a recorded operation, to mark it started and completed.
 #[derive(Debug, Clone, Copy)]
 pub struct Ticket {
@@ -390,13 +400,8 @@ impl Recorder {
     fn update(&self, t: Ticket, f: impl FnOnce(&mut Entry, u64)) {
         let Some(index) = t.index else { return };
         let now = coarse_now_ns();
-        let mut ring = lock(&self.ring);
-        let cap = ring.slots.len() as u64;
-        // Overwritten once the ring has gone round: nothing to mark then.
-        if ring.recorded - index <= cap {
-            if let Some(e) = ring.slots[(index % cap) as usize].as_mut() {
-                f(e, now);
-            }
+        if let Some(e) = lock(&self.ring).live(index) {
+            f(e, now);
         }
     }
 
@@ -417,17 +422,12 @@ impl Recorder {
         let now = coarse_now_ns();
         let mut ring = lock(&self.ring);
         ring.counts.ran(waited);
-        if let Some(index) = t.and_then(|t| t.index) {
-            let cap = ring.slots.len() as u64;
-            if ring.recorded - index <= cap {
-                if let Some(e) = ring.slots[(index % cap) as usize].as_mut() {
-                    if succeeded {
-                        e.state = State::Completed;
-                        e.completed_ns = Some(now);
-                    } else {
-                        e.failed = true;
-                    }
-                }
+        if let Some(e) = t.and_then(|t| t.index).and_then(|index| ring.live(index)) {
+            if succeeded {
+                e.state = State::Completed;
+                e.completed_ns = Some(now);
+            } else {
+                e.failed = true;
             }
         }
     }

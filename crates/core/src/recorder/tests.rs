@@ -144,3 +144,35 @@ fn recorders_that_share_a_name_are_dumped_apart() {
         ]
     );
 }
+
+#[test]
+fn a_snapshot_shows_each_live_group_s_pending_and_last_completed_operation() {
+    let r = Recorder::new("snapshot-live", Some(9), 2);
+    r.set_info("snapshot-live", "dp", vec![0, 1]);
+    let t = Duration::from_secs(1);
+    let first = r.record(op("all_reduce"), t, true);
+    r.completed(first);
+    // A failed operation is no group's current one; the next pending one is.
+    let failed = r.record(op("broadcast"), t, true);
+    r.ran(Some(failed), false, Duration::ZERO);
+    r.record(op("all_gather"), t, false);
+    let ended = Recorder::new("snapshot-ended", Some(10), 2);
+    ended.set_info("snapshot-ended", "", vec![0, 1]);
+    retire(&ended);
+    let state = snapshot();
+    assert!(state.groups.iter().all(|g| g.name != "snapshot-ended"));
+    let g = (state.groups.iter())
+        .find(|g| g.name == "snapshot-live")
+        .expect("the live group");
+    assert_eq!((g.desc.as_str(), &g.ranks[..]), ("dp", &[0, 1][..]));
+    let current = g.current.as_ref().expect("a pending operation");
+    assert_eq!(
+        (current.op, current.seq, current.state),
+        ("all_gather", 3, "scheduled")
+    );
+    let last = g.last_completed.as_ref().expect("a completed operation");
+    assert_eq!(
+        (last.op, last.seq, last.state),
+        ("all_reduce", 1, "completed")
+    );
+}
