@@ -55,8 +55,10 @@ pub(super) fn chain_crossover_growth(world: usize, measured: usize) -> f64 {
 /// reduction costs more per byte, so halving each rank's share pays from fewer bytes; but
 /// where two ranks each reduce into their own buffer, whose one-shot copies nothing.
 fn shm_all_reduce_oneshot_max_bytes(dtype: DType, op: ReduceOp, world: usize) -> usize {
+    if pair_reduces_into_own(world, op) {
+        return SHM_ALL_REDUCE_ONESHOT_MAX_BYTES_PAIR;
+    }
     match dtype {
-        _ if pair_reduces_into_own(world, op) => SHM_ALL_REDUCE_ONESHOT_MAX_BYTES_PAIR,
         DType::F16 | DType::BF16 => SHM_ALL_REDUCE_ONESHOT_MAX_BYTES_HALF,
         _ => SHM_ALL_REDUCE_ONESHOT_MAX_BYTES,
     }
