@@ -12,7 +12,7 @@ use rustdist_core::algorithms::{self, allgather, allreduce, alltoall, barrier, b
 use rustdist_core::algorithms::{gather, reduce, reduce_scatter, scatter, AlgoOverrides, HostCpu};
 use rustdist_core::reduce::{check_supported, reduce_into};
 use rustdist_core::transport::local::{mesh, mesh_on_hosts, LocalTransport};
-use rustdist_core::transport::workspace::{INLINE_BYTES, SLOT_BYTES};
+use rustdist_core::transport::workspace::{INLINE_BYTES, ROTATED_MAX_BYTES, SLOT_BYTES};
 use rustdist_core::transport::{OpCtx, Signature, Transport};
 use rustdist_core::{CollectiveKind, DType, Error, ReduceOp, Result};
 
@@ -367,6 +367,72 @@ fn workspace_algorithms_across_their_thresholds() {
                     let inputs: Vec<_> = (0..n).map(|r| input(dtype, numel, r)).collect();
                     let what = format!("{name} n={n} numel={numel} {dtype:?}");
                     check_all_reduce(layout, algo, &inputs, dtype, ReduceOp::Sum, &what);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn data_published_whole_reaches_its_readers_at_either_place_in_the_slot() {
+    // Small data sits at one of two places in its slot, by step (ROTATED_MAX_BYTES): one
+    // world runs one-shot all_reduces, broadcasts and reduces in turn, of sizes either side
+    // of that limit, so that each place meets each size and a step's readers find the data
+    // there, not an earlier step's.
+    let sizes = [
+        ROTATED_MAX_BYTES,
+        40 << 10,
+        ROTATED_MAX_BYTES + 4,
+        INLINE_BYTES + 4,
+    ];
+    let dtype = DType::F32;
+    for n in [2, 3] {
+        let cases: Vec<(usize, Vec<Vec<u8>>)> = (0..24)
+            .map(|i| {
+                let numel = sizes[i % sizes.len()] / dtype.size();
+                (
+                    numel,
+                    (0..n).map(|r| input(dtype, numel, r + n * i)).collect(),
+                )
+            })
+            .collect();
+        let outs = run_on(&Layout::Together.hosts(n), |t| {
+            let mut got = Vec::new();
+            for (i, (numel, inputs)) in cases.iter().enumerate() {
+                let mut buf = inputs[t.rank()].clone();
+                let root = i % n;
+                match i % 3 {
+                    0 => {
+                        let c = ctx(CollectiveKind::AllReduce, dtype, ReduceOp::Sum, *numel);
+                        allreduce::shm_oneshot::all_reduce(t, &c, &mut buf)?
+                    }
+                    1 => {
+                        let c = ctx(CollectiveKind::Broadcast, dtype, ReduceOp::Sum, *numel);
+                        broadcast::shm::broadcast(t, &c, &mut buf, root)?
+                    }
+                    _ => {
+                        let c = ctx(CollectiveKind::Reduce, dtype, ReduceOp::Sum, *numel);
+                        reduce::shm::reduce(t, &c, &mut buf, root)?
+                    }
+                }
+                got.push(buf);
+            }
+            Ok::<_, Error>(got)
+        });
+        let outs: Vec<_> = outs
+            .into_iter()
+            .map(|o| o.expect("the sequence runs"))
+            .collect();
+        for (i, (numel, inputs)) in cases.iter().enumerate() {
+            let root = i % n;
+            let sum = reference(dtype, ReduceOp::Sum, inputs);
+            for (r, got) in outs.iter().map(|o| &o[i]).enumerate() {
+                let what = format!("n={n} case {i} ({numel} floats) rank {r}");
+                match i % 3 {
+                    0 => assert_matches_reference(dtype, got, &sum, &what),
+                    1 => assert_eq!(got, &inputs[root], "{what}: broadcast"),
+                    _ if r == root => assert_matches_reference(dtype, got, &sum, &what),
+                    _ => {}
                 }
             }
         }

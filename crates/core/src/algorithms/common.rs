@@ -190,7 +190,7 @@ pub(crate) fn publish_data(ws: &mut dyn SharedMemory, ctx: &OpCtx, data: &[u8]) 
         ws.prepare_flag(ctx)?;
         ws.publish(data);
     } else {
-        ws.prepare(ctx)?[..data.len()].copy_from_slice(data);
+        ws.prepare_data(ctx, data.len())?.copy_from_slice(data);
         ws.publish(&[]);
     }
     Ok(())
@@ -208,7 +208,7 @@ pub(crate) fn contribution(ws: &dyn SharedMemory, p: usize, len: usize) -> &[u8]
     if len <= INLINE_BYTES {
         ws.inline(p, len)
     } else {
-        &ws.slot(p)[..len]
+        ws.data(p, len)
     }
 }
 

@@ -146,6 +146,9 @@ pub trait SharedMemory {
     /// This rank's data slot for the next step, once every local rank is done with the
     /// step two back (waits for that, within `ctx`'s deadline).
     fn prepare(&mut self, ctx: &OpCtx) -> Result<&mut [u8]>;
+    /// [`SharedMemory::prepare`] for `len` bytes (at most a slot's) published whole: where
+    /// in the slot they go (see `workspace::ROTATED_MAX_BYTES`).
+    fn prepare_data(&mut self, ctx: &OpCtx, len: usize) -> Result<&mut [u8]>;
     /// Waits until the next step may be published without slot data (every local rank is
     /// done with its flag entry, `workspace::DEPTH` steps back), within `ctx`'s deadline.
     fn prepare_flag(&mut self, ctx: &OpCtx) -> Result<()>;
@@ -158,6 +161,9 @@ pub trait SharedMemory {
     fn inline(&self, local: usize, len: usize) -> &[u8];
     /// Local rank `local`'s data slot of the current step.
     fn slot(&self, local: usize) -> &[u8];
+    /// Local rank `local`'s `len` bytes of the current step, published whole with
+    /// [`SharedMemory::prepare_data`].
+    fn data(&self, local: usize, len: usize) -> &[u8];
     /// Whether [`SharedMemory::read_from`] is available: the local ranks may read each
     /// other's memory.
     fn single_copy(&self) -> bool;
@@ -212,6 +218,13 @@ impl<T: WorkspaceHost> SharedMemory for T {
             .ok_or_else(no_workspace)
     }
 
+    fn prepare_data(&mut self, ctx: &OpCtx, len: usize) -> Result<&mut [u8]> {
+        self.prepare(ctx)?;
+        self.workspace_mut()
+            .map(|ws| ws.next_data(len))
+            .ok_or_else(no_workspace)
+    }
+
     fn prepare_flag(&mut self, ctx: &OpCtx) -> Result<()> {
         // A rank that has to wait for a flag entry waits until half of them are free, not
         // one: with more ranks than cores it then runs a burst ahead of its readers instead
@@ -260,6 +273,10 @@ impl<T: WorkspaceHost> SharedMemory for T {
 
     fn slot(&self, local: usize) -> &[u8] {
         self.workspace().map_or(&[], |ws| ws.slot(local))
+    }
+
+    fn data(&self, local: usize, len: usize) -> &[u8] {
+        self.workspace().map_or(&[], |ws| ws.data(local, len))
     }
 
     fn single_copy(&self) -> bool {

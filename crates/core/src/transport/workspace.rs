@@ -9,7 +9,8 @@
 //!
 //! The protocol, in steps numbered 1, 2, ... identically on every rank (all ranks run the same
 //! sequence of collectives, each a fixed number of steps):
-//! - a step's flag entry is number `step % DEPTH` of its kind, its slot number `step % 2`;
+//! - a step's flag entry is number `step % DEPTH` of its kind, its slot number `step % 2`
+//!   (small data published whole at one of two places in it, see [`ROTATED_MAX_BYTES`]);
 //! - a rank publishes every step (with or without data) by storing the step number;
 //! - a rank reads the data of step `s` only after seeing the writer's flag reach `s`, and only
 //!   before it publishes `s + 1`;
@@ -39,6 +40,11 @@ const FLAG_BYTES: usize = 2 * LINE;
 pub const INLINE_BYTES: usize = FLAG_BYTES - 16;
 /// Bytes of one data slot (each rank has two).
 pub const SLOT_BYTES: usize = 1 << 20;
+/// Data of at most this many bytes, published whole, sits at the start of its slot or in the
+/// middle, in turn every other step: a rank then rewrites memory its peers last read four
+/// steps back, not two. Copying into lines a peer read two steps back cost twice as long
+/// below about 44 KiB at world 2 (docs/tuning.md, "Where a slot's data sits").
+pub const ROTATED_MAX_BYTES: usize = 64 << 10;
 /// Flag lines per collective kind, used in turn (a power of two): how many steps without slot
 /// data a rank may publish ahead of the slowest local rank. Deep, so that with more ranks than
 /// cores the root of small broadcasts publishes a whole time slice ahead and its readers drain
@@ -352,6 +358,29 @@ impl Workspace {
         // SAFETY: inside p's flag entry; stable until this rank publishes its next step (the
         // protocol: p does not overwrite it before this rank has published that).
         unsafe { std::slice::from_raw_parts(self.regions[p].add(at), len.min(INLINE_BYTES)) }
+    }
+
+    /// Where in its slot step `step` keeps `len` bytes published whole.
+    fn data_offset(step: u64, len: usize) -> usize {
+        if len <= ROTATED_MAX_BYTES {
+            (step / 2 % 2) as usize * (SLOT_BYTES / 2)
+        } else {
+            0
+        }
+    }
+
+    /// This rank's `len` bytes (at most [`SLOT_BYTES`]) of the next step, published whole,
+    /// in its slot (see [`ROTATED_MAX_BYTES`]). Only valid as [`Workspace::next_slot`] is.
+    pub fn next_data(&mut self, len: usize) -> &mut [u8] {
+        let at = Self::data_offset(self.step + 1, len);
+        &mut self.next_slot()[at..at + len]
+    }
+
+    /// Local rank `p`'s `len` bytes of the current step, published whole with
+    /// [`Workspace::next_data`].
+    pub fn data(&self, p: usize, len: usize) -> &[u8] {
+        let at = Self::data_offset(self.step, len);
+        &self.slot(p)[at..at + len]
     }
 
     /// Local rank `p`'s data slot of the current step.
