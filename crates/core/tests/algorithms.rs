@@ -376,9 +376,9 @@ fn workspace_algorithms_across_their_thresholds() {
 #[test]
 fn data_published_whole_reaches_its_readers_at_either_place_in_the_slot() {
     // Small data sits at one of two places in its slot, by step (ROTATED_MAX_BYTES): one
-    // world runs one-shot all_reduces, broadcasts and reduces in turn, of sizes either side
-    // of that limit, so that each place meets each size and a step's readers find the data
-    // there, not an earlier step's.
+    // world runs one-shot all_reduces, broadcasts, reduces and all_gathers, each of sizes
+    // either side of that limit four times in a row (so at both places), and a step's
+    // readers must find its data there, not an earlier step's.
     let sizes = [
         ROTATED_MAX_BYTES,
         40 << 10,
@@ -387,21 +387,22 @@ fn data_published_whole_reaches_its_readers_at_either_place_in_the_slot() {
     ];
     let dtype = DType::F32;
     for n in [2, 3] {
-        let cases: Vec<(usize, Vec<Vec<u8>>)> = (0..24)
-            .map(|i| {
-                let numel = sizes[i % sizes.len()] / dtype.size();
-                (
-                    numel,
-                    (0..n).map(|r| input(dtype, numel, r + n * i)).collect(),
-                )
-            })
-            .collect();
+        let mut cases: Vec<(usize, usize, Vec<Vec<u8>>)> = Vec::new();
+        for op in 0..4 {
+            for bytes in sizes {
+                for _ in 0..4 {
+                    let (i, numel) = (cases.len(), bytes / dtype.size());
+                    let inputs = (0..n).map(|r| input(dtype, numel, r + n * i)).collect();
+                    cases.push((op, numel, inputs));
+                }
+            }
+        }
         let outs = run_on(&Layout::Together.hosts(n), |t| {
             let mut got = Vec::new();
-            for (i, (numel, inputs)) in cases.iter().enumerate() {
+            for (i, (op, numel, inputs)) in cases.iter().enumerate() {
                 let mut buf = inputs[t.rank()].clone();
                 let root = i % n;
-                match i % 3 {
+                match op {
                     0 => {
                         let c = ctx(CollectiveKind::AllReduce, dtype, ReduceOp::Sum, *numel);
                         allreduce::shm_oneshot::all_reduce(t, &c, &mut buf)?
@@ -410,9 +411,16 @@ fn data_published_whole_reaches_its_readers_at_either_place_in_the_slot() {
                         let c = ctx(CollectiveKind::Broadcast, dtype, ReduceOp::Sum, *numel);
                         broadcast::shm::broadcast(t, &c, &mut buf, root)?
                     }
-                    _ => {
+                    2 => {
                         let c = ctx(CollectiveKind::Reduce, dtype, ReduceOp::Sum, *numel);
                         reduce::shm::reduce(t, &c, &mut buf, root)?
+                    }
+                    _ => {
+                        let c = ctx(CollectiveKind::AllGather, dtype, ReduceOp::Sum, *numel);
+                        let mut all = vec![0u8; buf.len() * n];
+                        let mut blocks: Vec<&mut [u8]> = all.chunks_mut(buf.len()).collect();
+                        allgather::shm::all_gather_from(t, &c, Some(&buf), &mut blocks)?;
+                        buf = all;
                     }
                 }
                 got.push(buf);
@@ -423,16 +431,17 @@ fn data_published_whole_reaches_its_readers_at_either_place_in_the_slot() {
             .into_iter()
             .map(|o| o.expect("the sequence runs"))
             .collect();
-        for (i, (numel, inputs)) in cases.iter().enumerate() {
+        for (i, (op, numel, inputs)) in cases.iter().enumerate() {
             let root = i % n;
             let sum = reference(dtype, ReduceOp::Sum, inputs);
             for (r, got) in outs.iter().map(|o| &o[i]).enumerate() {
                 let what = format!("n={n} case {i} ({numel} floats) rank {r}");
-                match i % 3 {
+                match op {
                     0 => assert_matches_reference(dtype, got, &sum, &what),
                     1 => assert_eq!(got, &inputs[root], "{what}: broadcast"),
-                    _ if r == root => assert_matches_reference(dtype, got, &sum, &what),
-                    _ => {}
+                    2 if r == root => assert_matches_reference(dtype, got, &sum, &what),
+                    2 => {}
+                    _ => assert_eq!(got, &inputs.concat(), "{what}: all_gather"),
                 }
             }
         }

@@ -71,7 +71,7 @@ pub(crate) fn on_host(
             head[8..8 + own.len()].copy_from_slice(own);
             ws.prepare_flag(ctx)?;
         } else {
-            ws.prepare(ctx)?[..own.len()].copy_from_slice(own);
+            ws.prepare_data(ctx, own.len())?.copy_from_slice(own);
         }
         ws.publish(&head[..if inline { 8 + own.len() } else { 8 }]);
         // While the peers copy this piece, this rank copies it too: from its slot (in cache).
@@ -80,7 +80,7 @@ pub(crate) fn on_host(
             let from = if inline {
                 &src[mine.clone()]
             } else {
-                &ws.slot(me)[..len]
+                ws.data(me, len)
             };
             blocks[me][mine].copy_from_slice(from);
         }
@@ -103,7 +103,7 @@ pub(crate) fn on_host(
             let src = if inline {
                 &ws.inline(p, 8 + len)[8..]
             } else {
-                &ws.slot(p)[..len]
+                ws.data(p, len)
             };
             blocks[p][r].copy_from_slice(src);
         }
