@@ -17,6 +17,15 @@ pub struct Choice {
     pub algorithm: &'static str,
 }
 
+/// The all_reduce rows, by what else the choice depends on: float32 SUM (also PRODUCT), then
+/// f16/bf16 SUM, then float32 MIN/MAX/bitwise (two ranks' SUM and PRODUCT reduce into their
+/// own buffers; f16/bf16 cost more per byte).
+const ALL_REDUCE_ROWS: [(&str, DType, ReduceOp); 3] = [
+    ("all_reduce", DType::F32, ReduceOp::Sum),
+    ("all_reduce bf16/f16", DType::BF16, ReduceOp::Sum),
+    ("all_reduce MIN/MAX/bitwise", DType::F32, ReduceOp::Max),
+];
+
 /// What the defaults (with `RUSTDIST_ALGO` applied when `overrides` holds it) choose for every
 /// collective, link kind, world size in `worlds` and size in `sizes`, on a host of `cores`
 /// cores whose ranks may read each other's memory.
@@ -41,12 +50,11 @@ pub fn table(
                 SingleCopy::SharedCores
             };
             for &bytes in sizes {
-                let picks: [(&'static str, &'static str); 9] = [
-                    (
-                        "all_reduce",
-                        o.all_reduce(bytes, DType::F32, ReduceOp::Sum, world, link, one_copy)
-                            .name(),
-                    ),
+                let all_reduce = ALL_REDUCE_ROWS.map(|(row, dtype, op)| {
+                    let algo = o.all_reduce(bytes, dtype, op, world, link, one_copy);
+                    (row, algo.name())
+                });
+                let others: [(&'static str, &'static str); 8] = [
                     (
                         "broadcast",
                         o.broadcast(bytes, world, link, one_copy).name(),
@@ -65,7 +73,8 @@ pub fn table(
                     ),
                     ("barrier", o.barrier(link).name()),
                 ];
-                rows.extend(picks.into_iter().map(|(collective, algorithm)| Choice {
+                let picks = all_reduce.into_iter().chain(others);
+                rows.extend(picks.map(|(collective, algorithm)| Choice {
                     collective,
                     link,
                     world,

@@ -243,10 +243,10 @@ fn defaults_depend_on_size_and_links() {
         AllReduceAlgo::Ring
     );
     let rows = table(&forced, &[2, 4], &[8, 1 << 20], 2);
-    assert_eq!(rows.len(), 3 * 2 * 2 * 9);
+    assert_eq!(rows.len(), 3 * 2 * 2 * 11);
     assert!(rows
         .iter()
-        .all(|r| r.collective != "all_reduce" || r.algorithm == "ring"));
+        .all(|r| !r.collective.starts_with("all_reduce") || r.algorithm == "ring"));
     // The shared-memory column: single copy where the world has a core per rank.
     let pick = |rows: &[Choice], coll: &str, world: usize| {
         rows.iter()
@@ -287,6 +287,33 @@ fn half_precision_all_reduce_turns_two_shot_sooner() {
             );
         }
     }
+}
+
+#[test]
+fn the_table_shows_all_reduce_by_dtype_and_op_where_the_choice_differs() {
+    let rows = table(&AlgoOverrides::default(), &[2, 3], &[32 << 10], 3);
+    let pick = |coll: &str, world: usize| {
+        rows.iter()
+            .find(|r| r.collective == coll && r.world == world && r.link == LinkKind::SharedMemory)
+            .map(|r| r.algorithm)
+    };
+    assert_eq!(pick("all_reduce", 3), Some("shm_oneshot"));
+    assert_eq!(pick("all_reduce bf16/f16", 3), Some("shm_twoshot"));
+    assert_eq!(pick("all_reduce bf16/f16", 2), Some("shm_oneshot"));
+    assert_eq!(pick("all_reduce MIN/MAX/bitwise", 3), Some("shm_oneshot"));
+    // Intel, two ranks with a core each, 2 MiB: MAX turns single copy a MiB before SUM.
+    let intel = AlgoOverrides {
+        cpu: HostCpu::Intel,
+        ..AlgoOverrides::default()
+    };
+    let rows = table(&intel, &[2], &[2 << 20], 2);
+    let pick = |coll: &str| {
+        rows.iter()
+            .find(|r| r.collective == coll && r.link == LinkKind::SharedMemory)
+            .map(|r| r.algorithm)
+    };
+    assert_eq!(pick("all_reduce"), Some("shm_twoshot"));
+    assert_eq!(pick("all_reduce MIN/MAX/bitwise"), Some("shm_single_copy"));
 }
 
 #[test]
