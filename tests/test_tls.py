@@ -23,7 +23,7 @@ import pytest
 from harness import World, rustdist_only
 
 from rustdist import _netns
-from rustdist._core import tls_test_pki
+from tls_pki import write_test_pki
 
 pytestmark = [
     pytest.mark.timeout(180),
@@ -45,7 +45,7 @@ TLS_VARS = ("RUSTDIST_TLS", "RUSTDIST_TLS_LOCAL", "RUSTDIST_TLS_CERT", "RUSTDIST
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("pki")
-    tls_test_pki(str(d), NAMES)
+    write_test_pki(d, NAMES)
     return d
 
 

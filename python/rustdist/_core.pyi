@@ -330,10 +330,6 @@ def cuda_buffer(x: object) -> Optional[tuple[int, int, int, int]]:
     2.10 and later); None otherwise, where the caller's own checks take over."""
 
 
-def tls_test_pki(dir: str, names: list[str]) -> None:
-    """Writes a test PKI into `dir`: ``ca.pem``, ``NAME.pem``/``NAME.key`` for each of
-    `names`, and ``rogue.pem``/``rogue.key`` signed by another CA (``rogue-ca.pem``)."""
-
 # ---------------------------------------------------------------------------------------------
 # CUDA (NCCL, and host-staged where NCCL cannot). CUDA tensors cross as (device pointer,
 # element count, dtype code); `stream` is the caller's current stream as a raw cudaStream_t

@@ -94,7 +94,8 @@ pub(super) fn pinned_identity() -> Result<&'static Identity> {
 /// Writes a test PKI into `dir`: `ca.pem`, and for each name in `names` `NAME.pem` and
 /// `NAME.key` signed by that CA; `rogue-ca.pem` with `rogue.pem`/`rogue.key` signed by another
 /// CA (a host the job's CA never vouched for).
-pub fn write_test_pki(dir: &Path, names: &[&str]) -> Result<()> {
+#[cfg(test)]
+pub(crate) fn write_test_pki(dir: &Path, names: &[&str]) -> Result<()> {
     use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
     let io = |e: std::io::Error| Error::invalid(format!("TLS test PKI in {}: {e}", dir.display()));
     let gen = |e: rcgen::Error| Error::backend(format!("TLS test PKI: {e}"));

@@ -28,7 +28,9 @@ mod files;
 mod stream;
 mod verify;
 
-pub use files::{fingerprint, write_test_pki, Fingerprint};
+#[cfg(test)]
+pub(crate) use files::write_test_pki;
+pub use files::{fingerprint, Fingerprint};
 pub use stream::{describe_io, TlsStream};
 
 /// The setting that turns TLS on or off (`1` / `0`; unset: on when certificate files are
