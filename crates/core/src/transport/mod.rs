@@ -12,7 +12,7 @@ use crate::cancel::Cancel;
 use crate::error::{Error, Result};
 use crate::tensor::RawBuf;
 use crate::types::ReduceOp;
-use workspace::{Arrival, Workspace, DEPTH};
+use workspace::{Arrival, Workspace, DEPTH, SLOT_BYTES};
 
 pub mod cma;
 pub mod frame;
@@ -212,14 +212,12 @@ impl<T: WorkspaceHost> SharedMemory for T {
     }
 
     fn prepare(&mut self, ctx: &OpCtx) -> Result<&mut [u8]> {
-        self.await_workspace(ctx, Peers::All, &mut |ws| ws.may_write(true))?;
-        self.workspace_mut()
-            .map(Workspace::next_slot)
-            .ok_or_else(no_workspace)
+        // A whole slot's data sits at its start.
+        self.prepare_data(ctx, SLOT_BYTES)
     }
 
     fn prepare_data(&mut self, ctx: &OpCtx, len: usize) -> Result<&mut [u8]> {
-        self.prepare(ctx)?;
+        self.await_workspace(ctx, Peers::All, &mut |ws| ws.may_write(true))?;
         self.workspace_mut()
             .map(|ws| ws.next_data(len))
             .ok_or_else(no_workspace)

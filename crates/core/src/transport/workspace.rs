@@ -297,7 +297,7 @@ impl Workspace {
 
     /// This rank's data slot for the next step. Only valid after [`Workspace::may_write`]
     /// said yes for a slot (the caller waits for that first).
-    pub fn next_slot(&mut self) -> &mut [u8] {
+    fn next_slot(&mut self) -> &mut [u8] {
         let at = SLOTS + ((self.step + 1) % 2) as usize * SLOT_BYTES;
         // SAFETY: the slot lies inside this rank's region; only this rank writes it, and no
         // peer reads it any more (may_write: every peer is past its previous use).
@@ -370,7 +370,8 @@ impl Workspace {
     }
 
     /// This rank's `len` bytes (at most [`SLOT_BYTES`]) of the next step, published whole,
-    /// in its slot (see [`ROTATED_MAX_BYTES`]). Only valid as [`Workspace::next_slot`] is.
+    /// in its slot (see [`ROTATED_MAX_BYTES`]; a whole slot is the slot). Only valid after
+    /// [`Workspace::may_write`] said yes for a slot (the caller waits for that first).
     pub fn next_data(&mut self, len: usize) -> &mut [u8] {
         let at = Self::data_offset(self.step + 1, len);
         &mut self.next_slot()[at..at + len]
