@@ -83,7 +83,14 @@ def case_failed_op_fails_its_future(rank: int, world: int) -> None:
     untouched tensors. Here the ranks disagree on the size, so the all_reduce fails on all."""
     g = dist.new_group(list(range(world)))
     t = torch.ones(4 + rank)
-    work = g.allreduce([t])  # the method C++ calls: asynchronous
+    try:
+        work = g.allreduce([t])  # the method C++ calls: asynchronous
+    except RuntimeError as e:
+        # A rank that heard of the failure from a peer (which found the mismatch first)
+        # before it made the call fails at the call, with the same error.
+        assert "all_reduce mismatch between ranks: tensor size differs" in str(e), e
+        dist.destroy_process_group(g)
+        return
     try:
         got = work.get_future().wait()
     except RuntimeError as e:
