@@ -336,6 +336,8 @@ def test_quick_run_writes_checked_rows(tmp_path: Path) -> None:
             assert r["peers"][peer]["us"] > 0 and len(r["peers"][peer]["rounds_us"]) == 5
         assert r["speedup"]["vs_gloo"] > 0
     assert [f["world"] for f in doc["front_door"]] == [2]
+    assert all(doc["front_door"][0]["async"][k] > 0 for k in (
+        "rustdist_us", "torch_front_door_us", "functional_us", "gloo_us", "gloo_functional_us"))
     assert doc["binding"] == "none"
     assert doc["summary"]["wrong"] == []
     assert "world 2 · all_reduce (float32)" in p.stdout

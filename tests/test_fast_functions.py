@@ -74,7 +74,7 @@ def test_group_methods_keep_their_python_signature_and_aliases(name: str) -> Non
 @pytest.mark.timeout(60)
 def test_front_door_sync_calls_return_no_work_and_the_rest_goes_to_python() -> None:
     """torch's synchronous calls get None ("the backend has synchronised"); asynchronous ones
-    (C++ callers' default), other ops and bad arguments take the Python methods."""
+    (C++ callers' default) a Work; other ops and bad arguments take the Python methods."""
     td.init_process_group("rustdist", store=td.HashStore(), rank=0, world_size=1)
     try:
         pg = td.group.WORLD
@@ -99,3 +99,56 @@ def test_front_door_sync_calls_return_no_work_and_the_rest_goes_to_python() -> N
             pg.allreduce(tensor=t)
     finally:
         td.destroy_process_group()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("door", ["import swap", "torch"])
+def test_async_calls_skip_the_python_layer_and_return_its_work(
+        door: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``async_op=True`` (and the group methods' C++ callers, whose options default to
+    asynchronous) run on the engine without the Python functions, returning the Work those
+    return: rustdist's, holding the outputs, handed to torch from the methods; a call the fast
+    path does not take (MAX) still reaches Python."""
+    from rustdist import _ops
+    from rustdist._work import Work
+
+    reached: list[str] = []
+    for name in HOT:
+        real = getattr(_ops, name)
+        monkeypatch.setattr(_ops, name, lambda *a, _n=name, _f=real: reached.append(_n) or _f(*a))
+    dist: Any = rustdist if door == "import swap" else td
+    dist.init_process_group("rustdist", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        t, out, square = torch.arange(6.0), torch.empty(6), torch.arange(6.0).reshape(3, 2)
+        square_out = torch.empty(3, 2)
+        calls = {
+            "all_reduce": (lambda: dist.all_reduce(t, async_op=True), [t]),
+            "broadcast": (lambda: dist.broadcast(t, 0, async_op=True), [t]),
+            "all_gather_into_tensor": (
+                lambda: dist.all_gather_into_tensor(out, t, async_op=True), [out]),
+            "reduce_scatter_tensor": (
+                lambda: dist.reduce_scatter_tensor(out, t, async_op=True), [out]),
+            "barrier": (lambda: dist.barrier(async_op=True), []),
+        }
+        if door == "import swap":  # torch's all_to_all_single runs no group method of these
+            calls["all_to_all_single"] = (
+                lambda: dist.all_to_all_single(square_out, square, async_op=True), [square_out])
+        else:
+            calls["allreduce, C++ callers' options"] = (
+                lambda: td.group.WORLD.allreduce([t], td.AllreduceOptions()), [t])
+        for what, (start, outputs) in calls.items():
+            out.fill_(float("nan"))
+            square_out.fill_(float("nan"))
+            work = start()
+            assert type(work) is Work, f"{what}: {type(work)}"
+            assert work.wait() is True and work.is_completed() and work.is_success(), what
+            assert work._for_torch is (door == "torch"), what
+            assert all(a is b for a, b in zip(work.result(), outputs, strict=True)), what
+            assert all(a is b for a, b in zip(work.get_future().wait(), outputs, strict=True)), what
+            for tensor in outputs:  # a world of one: every output is its rank's input
+                assert torch.equal(tensor, torch.arange(6.0).reshape(tensor.shape)), what
+        assert reached == [], f"the Python functions ran: {reached}"
+        work = dist.all_reduce(t, dist.ReduceOp.MAX, async_op=True)
+        assert type(work) is Work and work.wait() and reached == ["all_reduce"]
+    finally:
+        dist.destroy_process_group()

@@ -12,7 +12,7 @@ Timeouts are float seconds.
 
 import datetime
 from types import ModuleType
-from typing import Callable, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 __version__: str
 
@@ -305,24 +305,29 @@ def fast_init(
     debug: ModuleType,
     log: Callable[[str, BaseException], None],
     profiler: ModuleType,
+    work: Callable[[Work, list[Any]], object],
+    handed_work: Callable[[Work, list[Any]], object],
 ) -> None:
     """Sets up the fast functions (once): torch.Tensor, dtype -> code, ReduceOp.SUM and ReduceOp, the
     distributed_c10d module (its `_default_pg`) and its ProcessGroup class, the _debug module
-    (its `detail` flag), the logger of failed calls and torch.autograd.profiler (its
-    `_is_profiler_enabled` flag: while a profiler records, calls take the Python path)."""
+    (its `detail` flag), the logger of failed calls, torch.autograd.profiler (its
+    `_is_profiler_enabled` flag: while a profiler records, calls take the Python path), and
+    what an asynchronous call returns, made from the engine's Work and the output tensors:
+    `work` for the fast functions, `handed_work` for the group's methods."""
 
 def fast_function(
     name: str, python: Callable[..., object], module: str, doc: str, method: bool = False
 ) -> Callable[..., object]:
     """The fast function of `name` (all_reduce, broadcast, all_gather_into_tensor,
     reduce_scatter_tensor, all_to_all_single or barrier): a builtin (vectorcall, no argument
-    tuple or dict) that runs the usual synchronous call on a plain contiguous CPU tensor with
-    SUM on a rustdist group directly and hands every other call to `python`; `__module__` is
-    `module`, and `doc` its docstring, whose first lines may give the signature
-    (`name(params)\n--\n\n`). With `method`, `name` is a method of rustdist's torch
-    ProcessGroup that torch's synchronous calls reach (allreduce, broadcast, _allgather_base,
+    tuple or dict) that runs the usual call (synchronous, or with `async_op=True`) on a plain
+    contiguous CPU tensor with SUM on a rustdist group directly and hands every other call to
+    `python`; `__module__` is `module`, and `doc` its docstring, whose first lines may give
+    the signature (`name(params)\n--\n\n`). With `method`, `name` is a method of rustdist's
+    torch ProcessGroup that torch's calls reach (allreduce, broadcast, _allgather_base,
     _reduce_scatter_base or barrier) and the builtin is called with the group first: torch's
-    usual synchronous call (`opts.asyncOp` False) runs directly and returns None."""
+    usual synchronous call (`opts.asyncOp` False) runs directly and returns None, an
+    asynchronous one returns its Work."""
 
 def cuda_buffer(x: object) -> Optional[tuple[int, int, int, int]]:
     """(data pointer, element count, dtype code, device index) of `x` when it is a plain

@@ -97,6 +97,19 @@ else:
         _private.register_inflight_outputs(work, outputs)
         return work
 
+    # The fast path calls these makers from C, so dynamo would trace them from compiled code.
+    @not_traced
+    def _new_work(work: Any, outputs: list[Tensor]) -> Work:
+        """The Work of an asynchronous call the fast functions ran: the engine's ``work``,
+        with ``outputs``."""
+        return Work(work, outputs)
+
+    @not_traced
+    def _handed_new(work: Any, outputs: list[Tensor]) -> Work:
+        """The Work of an asynchronous call the fast methods ran: the engine's ``work``, with
+        ``outputs``, as :func:`_handed` gives it to torch."""
+        return _handed(Work(work, outputs), outputs)
+
     class ProcessGroup(_group.ProcessGroup):  # type: ignore[no-redef]
         """A ``torch.distributed.ProcessGroup`` whose collectives run on rustdist's engine.
 
@@ -363,12 +376,12 @@ else:
         recvAnysource = recv_anysource  # noqa: N815 - the C++ name
 
     def _install_fast_methods() -> None:
-        """The group methods torch's synchronous calls reach become Python methods with the
-        same parameters that pass them on to a fast builtin (``_core.fast_function``): a
-        Python function, so that pybind11 takes it for an override when torch's C++ calls
-        the group. Their aliases (``all_gather_single``, ...) are whatever names the class
-        binds to the same function. The builtin returns no Work from a synchronous call, so
-        they are installed only where torch reads that as "synchronised" (not torch 2.6)."""
+        """The group methods torch's hot calls reach become Python methods with the same
+        parameters that pass them on to a fast builtin (``_core.fast_function``): a Python
+        function, so that pybind11 takes it for an override when torch's C++ calls the group.
+        Their aliases (``all_gather_single``, ...) are whatever names the class binds to the
+        same function. The builtin returns no Work from a synchronous call, so they are
+        installed only where torch reads that as "synchronised" (not torch 2.6)."""
         for name in ("allreduce", "broadcast", "_allgather_base", "_reduce_scatter_base",
                      "barrier"):
             python = ProcessGroup.__dict__[name]
@@ -380,9 +393,11 @@ else:
 
     # The engine's fast path reads rustdist groups (exactly this class), the default group
     # (``_world._default_pg``), the DETAIL flag (``_debug.detail``) and whether a profiler
-    # records (``torch.autograd.profiler._is_profiler_enabled``).
+    # records (``torch.autograd.profiler._is_profiler_enabled``); an asynchronous call returns
+    # a ``Work``, handed to torch (``_handed_new``) from the group's methods.
     _core.fast_init(torch.Tensor, dict(REAL_TORCH_CODES), ReduceOp.SUM, ReduceOp, _world,
-                    ProcessGroup, _debug, _debug.log_failure, torch.autograd.profiler)
+                    ProcessGroup, _debug, _debug.log_failure, torch.autograd.profiler, _new_work,
+                    _handed_new)
     if _NONE_IS_SYNCED:
         _install_fast_methods()
 

@@ -710,7 +710,7 @@ def _text_signature(fn: Callable[..., Any]) -> Optional[str]:
 
 def _install_fast_functions() -> None:
     """The hot collectives' usual calls (a plain contiguous CPU tensor, SUM, a rustdist group,
-    synchronous, no DETAIL checks) skip this layer through ``_core.fast_function``, builtins
+    ``async_op`` False or True, no DETAIL checks) skip this layer through ``_core.fast_function``, builtins
     that hand every other call to the functions above (``_core.fast_init`` was set up by
     ``_torch_backend``). A builtin carries its function's docstring and signature; where a
     default is not a literal (``op=ReduceOp.SUM``) a function with the same parameters stands

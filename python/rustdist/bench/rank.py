@@ -131,21 +131,35 @@ def bench_case(sides: list[Side], timer: Timer, rank: int, op: str,
             "speedup": speedup}
 
 
-def front_door_case(timer: Timer, rank: int) -> Optional[dict[str, Any]]:
+def front_door_case(timer: Timer, rank: int, gloo: Any) -> Optional[dict[str, Any]]:
     """8-byte all_reduce: rustdist's own API vs torch.distributed on rustdist's default group
-    (the same group: torch's default group is rustdist's)."""
-    own, door = torch.zeros(2), torch.zeros(2)
-    calls = [lambda: rd.all_reduce(own), lambda: td.all_reduce(door)]
+    (the same group: torch's default group is rustdist's), synchronous; then asynchronous
+    calls waited for at once (``async_op=True``, and a functional collective, which DTensor
+    and torch.compile use), the same through torch on the ``gloo`` group."""
+    import torch.distributed._functional_collectives as funcol
+
+    own, door, other = torch.zeros(2), torch.zeros(2), torch.zeros(2)
+    world = td.group.WORLD
+    calls = [lambda: rd.all_reduce(own), lambda: td.all_reduce(door),
+             lambda: rd.all_reduce(own, async_op=True).wait(),
+             lambda: td.all_reduce(door, async_op=True).wait(),
+             lambda: funcol.all_reduce(door, "sum", world).wait(),
+             lambda: td.all_reduce(other, group=gloo, async_op=True).wait(),
+             lambda: funcol.all_reduce(other, "sum", gloo).wait()]
     for call in calls:
         for _ in range(50):
             call()
     n = 2000 if timer.cfg.rounds > 5 else 500
-    per_call = timer.rounds(calls, iters=[n, n])
+    per_call = timer.rounds(calls, iters=[n] * 5 + [n // 10] * 2)  # gloo: ~0.1-1 ms a call
     if rank != 0:
         return None
-    own_us, door_us = (statistics.median(t * 1e6 for t in per_call[i].tolist()) for i in (0, 1))
+    own_us, door_us, own_async, door_async, funcol_us, gloo_async, gloo_funcol = (
+        statistics.median(t * 1e6 for t in per_call[i].tolist()) for i in range(len(calls)))
     return {"world": timer.cfg.world, "bytes": 8, "rustdist_us": own_us,
-            "torch_front_door_us": door_us, "overhead_us": door_us - own_us}
+            "torch_front_door_us": door_us, "overhead_us": door_us - own_us,
+            "async": {"rustdist_us": own_async, "torch_front_door_us": door_async,
+                      "functional_us": funcol_us, "gloo_us": gloo_async,
+                      "gloo_functional_us": gloo_funcol}}
 
 
 def _run_cases(sides: list[Side], timer: Timer, rank: int, out: Emitter) -> None:
@@ -178,7 +192,7 @@ def _compare(cfg: Config, rank: int, out: Emitter) -> None:
     _run_cases(sides, timer, rank, out)
     if rank == 0:
         out.emit("case", op="front_door", bytes=8)
-    row = front_door_case(timer, rank)
+    row = front_door_case(timer, rank, gloo)
     if row is not None:
         out.emit("front_door", **row)
 

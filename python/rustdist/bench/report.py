@@ -86,7 +86,12 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
 
 
 def front_door_line(row: dict[str, Any]) -> str:
-    """The front-door result as one printed line."""
+    """The front-door result as printed lines."""
+    a = row["async"]
     return (f"world {row['world']} · 8 B all_reduce, torch front door: torch.distributed on "
             f"rustdist's group {row['torch_front_door_us']:.1f} us, rustdist API "
-            f"{row['rustdist_us']:.1f} us, overhead {row['overhead_us']:.1f} us")
+            f"{row['rustdist_us']:.1f} us, overhead {row['overhead_us']:.1f} us\n"
+            f"world {row['world']} · 8 B all_reduce, asynchronous and waited for: rustdist API "
+            f"{a['rustdist_us']:.1f} us, torch front door {a['torch_front_door_us']:.1f} us "
+            f"(gloo {a['gloo_us']:.1f} us), functional collective {a['functional_us']:.1f} us "
+            f"(gloo {a['gloo_functional_us']:.1f} us)")

@@ -66,8 +66,13 @@ pub(super) fn given<'a, 'py>(arg: &'a Option<Bound<'py, PyAny>>) -> Option<&'a B
     arg.as_ref().filter(|a| !a.is_none())
 }
 
-/// Whether `async_op` is absent or False.
-pub(super) fn synchronous(arg: &Option<Bound<'_, PyAny>>) -> bool {
-    arg.as_ref()
-        .is_none_or(|a| a.is(PyBool::new(a.py(), false).as_any()))
+/// Whether the call is asynchronous: `async_op` True, or absent or False; None for any other
+/// value (Python decides what it means).
+pub(super) fn async_op(arg: &Option<Bound<'_, PyAny>>) -> Option<bool> {
+    let Some(a) = arg else {
+        return Some(false);
+    };
+    [false, true]
+        .into_iter()
+        .find(|&b| a.is(PyBool::new(a.py(), b).as_any()))
 }

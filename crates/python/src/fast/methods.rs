@@ -1,6 +1,6 @@
 //! The fast methods of rustdist's torch ProcessGroup (allreduce, broadcast, _allgather_base,
 //! _reduce_scatter_base, barrier): which calls with torch's option objects take the fast
-//! path; the rest go to the Python method.
+//! path, synchronous or not; the rest go to the Python method.
 
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -8,14 +8,15 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyList};
 
 use super::args::{bind, given, Args, Bound6};
-use super::ops::{fallback, gathered, run_logged, Op, Ready};
+use super::ops::{fallback, gathered, run_logged, Door, Op, Ready};
 use super::read::{checks_off, cpu_tensor, engine_group, is_sum};
 use super::state::{State, STATE};
 
-/// A method that torch's Python API calls on a rustdist group (the torch front door) with
-/// torch's option objects. Its usual synchronous call (`opts.asyncOp` False) runs here and
-/// returns None, which torch reads as "the backend has synchronised": no Work is made and
-/// none is waited for.
+/// A method that torch's Python API and C++ callers call on a rustdist group (the torch front
+/// door) with torch's option objects. Its usual synchronous call (`opts.asyncOp` False) runs
+/// here and returns None, which torch reads as "the backend has synchronised": no Work is
+/// made and none is waited for. An asynchronous one (C++ callers' default) returns the Work
+/// the Python method would.
 #[derive(Clone, Copy)]
 pub(super) enum Method {
     AllReduce,
@@ -81,14 +82,14 @@ fn one_tensor<'py>(st: &State, tensors: &Bound<'py, PyAny>) -> PyResult<Option<B
     }
 }
 
-/// The call of method `m` on `group` with arguments `a`, when it is the usual synchronous
-/// kind; None hands it to Python.
+/// The call of method `m` on `group` with arguments `a`, when it is the usual kind, and
+/// whether it is asynchronous; None hands it to Python.
 fn ready_method<'py>(
     m: Method,
     st: &State,
     group: &Bound<'py, PyAny>,
     a: &Bound6<'py>,
-) -> PyResult<Option<Ready<'py>>> {
+) -> PyResult<Option<(Ready<'py>, bool)>> {
     let py = group.py();
     let Some(opts) = given(&a[m.params().len() - 1]) else {
         return Ok(None);
@@ -97,14 +98,15 @@ fn ready_method<'py>(
     let Ok(async_op) = opts.getattr(intern!(py, "asyncOp")) else {
         return Ok(None);
     };
-    if !async_op.is(PyBool::new(py, false).as_any()) || !checks_off(st, py)? {
+    let asynchronous = !async_op.is(PyBool::new(py, false).as_any());
+    if !checks_off(st, py)? {
         return Ok(None);
     }
     let Some(core) = engine_group(st, group)? else {
         return Ok(None);
     };
     let sum = |opts: &Bound<'py, PyAny>| is_sum(st, &Some(opts.getattr(intern!(py, "reduceOp"))?));
-    Ok(match m {
+    let call = match m {
         Method::AllReduce | Method::Broadcast => {
             let Some(t) = given(&a[0])
                 .map(|t| one_tensor(st, t))
@@ -117,12 +119,12 @@ fn ready_method<'py>(
                 return Ok(None);
             };
             if matches!(m, Method::AllReduce) {
-                sum(opts)?.then_some(Ready::AllReduce(core, buf))
+                sum(opts)?.then_some(Ready::AllReduce(core, buf, t))
             } else {
                 let root: usize = opts.getattr(intern!(py, "rootRank"))?.extract()?;
                 let tensor: usize = opts.getattr(intern!(py, "rootTensor"))?.extract()?;
                 (tensor == 0 && root < core.get().size())
-                    .then_some(Ready::Broadcast(core, buf, root))
+                    .then_some(Ready::Broadcast(core, buf, root, t))
             }
         }
         Method::AllGatherBase | Method::ReduceScatterBase => {
@@ -142,7 +144,8 @@ fn ready_method<'py>(
             let days: i64 = timeout.getattr(intern!(py, "days"))?.extract()?;
             (days < 0).then_some(Ready::Barrier(core))
         }
-    })
+    };
+    Ok(call.map(|c| (c, asynchronous)))
 }
 
 /// The call of method `m` with `args` (the group first), on the fast path or through its
@@ -163,8 +166,8 @@ pub(super) fn call_method(m: Method, args: &Args<'_, '_>) -> PyResult<Py<PyAny>>
         }
         _ => Ok(None),
     };
-    let Ok(Some(ready)) = ready else {
+    let Ok(Some((ready, asynchronous))) = ready else {
         return fallback(&PYTHON_METHODS[m as usize], m.name(), args);
     };
-    run_logged(py, m.op(), ready)
+    run_logged(py, m.op(), ready, asynchronous.then_some(Door::Torch))
 }

@@ -1,6 +1,6 @@
-//! `_core.fast_function`: the usual synchronous call of a hot collective (a plain contiguous
-//! CPU tensor, the default op, a rustdist group, no DETAIL checks) goes from Python straight
-//! to the engine; any other call, and every error of the checks, goes to the Python function
+//! `_core.fast_function`: the usual call of a hot collective (a plain contiguous CPU tensor,
+//! the default op, a rustdist group, no DETAIL checks; synchronous, or asynchronous with its
+//! Work made by the Python side's maker) goes from Python straight to the engine; any other call, and every error of the checks, goes to the Python function
 //! it stands in for, which handles the rest of torch.distributed's semantics. The Python layer
 //! costs about as much as the collective itself on small messages, which is why this exists.
 //! The functions are builtins called with CPython's vectorcall convention (METH_FASTCALL):
@@ -135,8 +135,8 @@ const ENTRIES: [ffi::PyCFunctionFastWithKeywords; OPS.len()] = [
 /// builtin of module `module` whose docstring is `doc` (its first lines may give the
 /// signature, `name(params)\n--\n\n`, as CPython's builtins do). `name` is one of all_reduce,
 /// broadcast, all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single or barrier; with
-/// `method`, one of the methods of rustdist's torch ProcessGroup that torch's synchronous
-/// calls reach (allreduce, broadcast, _allgather_base, _reduce_scatter_base or barrier), and
+/// `method`, one of the methods of rustdist's torch ProcessGroup that torch's hot calls
+/// reach (allreduce, broadcast, _allgather_base, _reduce_scatter_base or barrier), and
 /// the builtin is called with the group first. (A builtin as the method itself would hide it
 /// from torch's C++ callers: pybind11 takes any builtin attribute for its own C++ method, not
 /// for an override.)

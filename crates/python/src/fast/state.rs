@@ -32,6 +32,11 @@ pub(super) struct State {
     /// The namespace of `torch.autograd.profiler` (its `_is_profiler_enabled` flag: while a
     /// profiler records, calls go to Python, which records them).
     pub(super) profiler: Py<PyDict>,
+    /// What an asynchronous call returns, made from the engine's Work and the call's output
+    /// tensors: rustdist's `Work` class (import swap), and the torch front door's maker of a
+    /// Work handed to torch.
+    pub(super) work: Py<PyAny>,
+    pub(super) handed_work: Py<PyAny>,
 }
 
 pub(super) static STATE: PyOnceLock<State> = PyOnceLock::new();
@@ -50,6 +55,8 @@ pub fn fast_init(
     debug: Py<PyModule>,
     log: Py<PyAny>,
     profiler: Py<PyModule>,
+    work: Py<PyAny>,
+    handed_work: Py<PyAny>,
 ) -> PyResult<()> {
     let dtype_codes = dtype_codes
         .bind(py)
@@ -70,6 +77,8 @@ pub fn fast_init(
             debug: debug.bind(py).dict().unbind(),
             log,
             profiler: profiler.bind(py).dict().unbind(),
+            work,
+            handed_work,
         },
     );
     Ok(())
