@@ -174,13 +174,13 @@ def free_port() -> int:
 
 def no_torch_prelude() -> str:
     """The first lines of a numpy-only rank started with ``python -c``: torch made unimportable
-    (as where it is not installed) by the scale bench's own finder, ``scale_rank.NoTorch``
+    (as where it is not installed) as a scale bench rank makes it, ``scale_rank.hide_torch``
     (loaded as a file: the package ``rustdist.bench`` imports torch)."""
     from rustdist.bench import scale_rank
 
     folder = os.path.dirname(os.path.abspath(scale_rank.__file__))
     return (f"import sys; sys.path.insert(0, {folder!r}); import scale_rank; "
-            "sys.meta_path.insert(0, scale_rank.NoTorch()); sys.path.pop(0)\n")
+            "scale_rank.hide_torch(); sys.path.pop(0)\n")
 
 
 # ---------------------------------------------------------------------------------------------

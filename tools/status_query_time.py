@@ -32,7 +32,7 @@ RANK = f"""
 import sys
 sys.path.insert(0, {os.path.dirname(os.path.abspath(scale_rank.__file__))!r})
 import scale_rank
-sys.meta_path.insert(0, scale_rank.NoTorch())
+scale_rank.hide_torch()
 sys.path.pop(0)
 import os
 from datetime import timedelta

@@ -1,6 +1,8 @@
 """Importing rustdist with torch hidden, for ``python -m rustdist.status``: the query answers
 in milliseconds, but importing torch takes seconds (1.7 s on the 2-core VM), and the command
-needs torch only to read a torch store, which it then imports on demand."""
+needs torch only to read a torch store, which it then imports on demand. The ranks of the
+scale bench, which run without torch, hide it with this module too (loaded as a file,
+``bench.scale_rank.hide_torch``). It imports only the standard library."""
 
 from __future__ import annotations
 

@@ -14,6 +14,7 @@ run folder (what ``launch.Follower`` reads); its stdout and stderr go to ``rank<
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import json
 import os
 import signal
@@ -33,14 +34,17 @@ START_POLL_S = 0.05
 PR_SET_PDEATHSIG = 1
 
 
-class NoTorch:
-    """A meta-path finder that makes ``import torch`` fail, as where torch is not installed."""
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
-        """Refuses torch and its submodules; leaves every other module to the next finder."""
-        if name == "torch" or name.startswith("torch."):
-            raise ModuleNotFoundError(f"No module named {name!r} (a --scale rank runs "
-                                      "without torch)", name=name)
+def hide_torch() -> None:
+    """Makes ``import torch`` fail from here on, as where torch is not installed, with the
+    finder of ``rustdist._torchless``, loaded as a file: importing it as part of the package
+    would import the package, and so torch, first."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    spec = importlib.util.spec_from_file_location(
+        "_rustdist_torchless", os.path.join(package, "_torchless.py"))
+    assert spec is not None and spec.loader is not None
+    torchless = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(torchless)
+    torchless.hide()
 
 
 class Out:
@@ -72,7 +76,7 @@ class Side:
         self.name = name
         self.timeout = timedelta(seconds=timeout_s)
         if name == "rustdist":
-            sys.meta_path.insert(0, NoTorch())
+            hide_torch()
             import rustdist as dist
 
             self.dist: Any = dist
