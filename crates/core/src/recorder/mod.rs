@@ -239,7 +239,7 @@ fn coarse_now_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// Keeps the recorder of a group that ended for later dumps (the last [`RETIRED_KEPT`] ones
+/// Keeps the recorder of a group that ended for later dumps (the last `RETIRED_KEPT` ones
 /// that recorded anything).
 pub fn retire(recorder: &Arc<Recorder>) {
     recorder.ended.store(true, Ordering::Relaxed);

@@ -74,7 +74,7 @@ pub fn describe(e: &rustls::Error) -> String {
     }
 }
 
-/// [`describe`] for an I/O error that may carry a TLS failure.
+/// `describe` for an I/O error that may carry a TLS failure.
 pub fn describe_io(e: &io::Error) -> String {
     match e
         .get_ref()
@@ -228,7 +228,7 @@ impl<S: Read + Write> TlsStream<S> {
         }
     }
 
-    /// Encrypts up to [`WRITE_BATCH`] bytes of `bufs` and sends what the socket takes;
+    /// Encrypts up to `WRITE_BATCH` bytes of `bufs` and sends what the socket takes;
     /// `WouldBlock` while the handshake goes on or ciphertext of an earlier write waits.
     pub fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         if self.conn.is_handshaking() {

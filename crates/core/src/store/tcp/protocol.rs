@@ -260,7 +260,7 @@ impl Response {
 
 /// Reads one frame's body. `Ok(None)` on a clean end of stream before a frame starts; an
 /// error on a frame longer than `max` bytes (at most [`MAX_FRAME`]) or cut short. Memory grows
-/// with the bytes that actually arrive (at most [`CHUNK`] ahead), never with the claimed length.
+/// with the bytes that actually arrive (at most `CHUNK` ahead), never with the claimed length.
 pub fn read_frame(r: &mut impl Read, max: usize) -> io::Result<Option<Vec<u8>>> {
     let mut header = [0u8; 4];
     let mut got = 0;

@@ -8,11 +8,11 @@
 //!   keys it needs; a write to one of them re-checks it, and its deadline (a heap of timers
 //!   that sets the poll timeout) answers it "timeout". A connection whose request is parked,
 //!   or whose answer is not yet written, reads nothing more, as a thread per client would.
-//! - A client that takes no bytes of an answer for [`WRITE_TIMEOUT`] is dropped; one that
-//!   does not authenticate within [`AUTH_TIMEOUT`] too.
+//! - A client that takes no bytes of an answer for `WRITE_TIMEOUT` is dropped; one that
+//!   does not authenticate within `AUTH_TIMEOUT` too.
 //! - Connections are capped (by default from `RLIMIT_NOFILE`, raised to its hard limit at
 //!   start; `RUSTDIST_STORE_MAX_CLIENTS` overrides it). A client over the cap is told so in a
-//!   [`Response::Error`] starting with [`LIMIT_REFUSAL`], never dropped silently.
+//!   [`Response::Error`] starting with `LIMIT_REFUSAL`, never dropped silently.
 //! - Dropping the server wakes the loop (a [`mio::Waker`]), which closes every socket and exits.
 
 use std::io;

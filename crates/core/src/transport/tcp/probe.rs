@@ -71,7 +71,7 @@ pub fn stream_window() -> u64 {
 }
 
 /// The links between hosts, the same on every rank: their bandwidth, and how many streams to
-/// open to each peer across them. Each rank streams [`PROBE_BYTES`] over `socks` (a fresh
+/// open to each peer across them. Each rank streams `PROBE_BYTES` over `socks` (a fresh
 /// [`Mesh`]'s, before any frame) to the next rank when that link joins two hosts, while timing
 /// what the previous rank streams to it, and publishes that rate with its [`stream_window`];
 /// rank 0 takes the slowest rate and the smallest window, asks `streams_for(rate, window)`
