@@ -129,6 +129,8 @@ def test_async_calls_skip_the_python_layer_and_return_its_work(
             "reduce_scatter_tensor": (
                 lambda: dist.reduce_scatter_tensor(out, t, async_op=True), [out]),
             "barrier": (lambda: dist.barrier(async_op=True), []),
+            "reduce_scatter_tensor, every argument by position": (
+                lambda: dist.reduce_scatter_tensor(out, t, dist.ReduceOp.SUM, None, True), [out]),
         }
         if door == "import swap":  # torch's all_to_all_single runs no group method of these
             calls["all_to_all_single"] = (

@@ -148,13 +148,12 @@ fn ready<'py>(op: Op, py: Python<'py>, a: &Bound6<'py>) -> PyResult<Option<(Read
     let Some(st) = STATE.get(py) else {
         return Ok(None);
     };
-    let async_at = match op {
-        Op::AllReduce | Op::Broadcast | Op::AllGatherIntoTensor => 3,
-        Op::ReduceScatterTensor => 4,
-        Op::AllToAllSingle => 5,
-        Op::Barrier => 1,
-    };
-    let Some(asynchronous) = async_op(&a[async_at]) else {
+    let Some(asynchronous) = op
+        .params()
+        .iter()
+        .position(|&p| p == "async_op")
+        .and_then(|i| async_op(&a[i]))
+    else {
         return Ok(None);
     };
     if !checks_off(st, py)? {
