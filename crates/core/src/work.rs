@@ -168,6 +168,19 @@ impl Work {
         st.outcome.clone().unwrap_or(Ok(()))
     }
 
+    /// Waits until completed, uninterrupted (after [`Work::wait`] was interrupted: the
+    /// group has failed, so the operation ends at its next poll).
+    pub(crate) fn wait_completed(&self) {
+        let mut st = self.state();
+        while st.outcome.is_none() {
+            st = self
+                .inner
+                .cond
+                .wait(st)
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
+    }
+
     /// The user gave up on this pending operation: its group cannot finish it, so it fails.
     fn fail_owner(&self) {
         let Some((owner, what)) = &self.inner.owner else {

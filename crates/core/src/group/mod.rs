@@ -372,7 +372,12 @@ impl ProcessGroup {
             }
         })?;
         if sync {
-            work.wait(None)?;
+            if let Err(e) = work.wait(None) {
+                // Interrupted: the group is failed, but the worker may write the caller's
+                // buffers until its next poll sees that; the caller frees them on return.
+                work.wait_completed();
+                return Err(e);
+            }
             return Ok(None);
         }
         Ok(Some(work))
