@@ -1,14 +1,16 @@
 //! Changing a group's timeout (torch's `_set_default_timeout`): operations issued after the
-//! change run under the new timeout, operations issued before keep theirs. Two ranks, one
-//! thread each, over the real transport; a rank arrives late by sleeping past a timeout.
+//! change run under the new timeout, operations issued before keep theirs; and the other way a
+//! blocking call ends early, an interruption (Ctrl-C). Two ranks, one thread each, over the
+//! real transport; a rank arrives late by sleeping past a timeout.
 
+use std::cell::Cell;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use rustdist_core::group::{Reduction, Run};
 use rustdist_core::store::{HashStore, Store};
 use rustdist_core::tensor::Tensor;
-use rustdist_core::{DType, Error, ProcessGroup, ReduceOp};
+use rustdist_core::{interrupt, DType, Error, ProcessGroup, ReduceOp};
 
 fn sum() -> Reduction {
     Reduction::new(ReduceOp::Sum, None).unwrap()
@@ -111,5 +113,39 @@ fn an_operation_keeps_the_timeout_it_was_issued_with() {
             assert_eq!(v, [2.0; 4]);
             barrier.wait();
         }
+    });
+}
+
+thread_local! {
+    /// Whether this thread's interruptible waits are told to stop (Python's pending SIGINT).
+    static STOP: Cell<bool> = const { Cell::new(false) };
+}
+
+fn stop_requested() -> bool {
+    STOP.with(Cell::get)
+}
+
+#[test]
+fn interrupted_sync_call_behind_other_work_returns_once_the_worker_is_done() {
+    interrupt::install(stop_requested);
+    world2("interrupt", Duration::from_secs(30), |pg, barrier| {
+        if pg.rank() == 0 {
+            // Rank 1 never joins: the worker runs this until the group fails.
+            let mut ahead = [1.0f32; 4];
+            let first = pg
+                .all_reduce(f32_tensor(&mut ahead), sum(), Run::Async(None))
+                .unwrap()
+                .unwrap();
+            let _on = interrupt::enable();
+            STOP.with(|s| s.set(true));
+            let err = all_reduce(&pg, &mut [1.0; 4]).unwrap_err();
+            assert_eq!(err, Error::Interrupted);
+            // The caller frees its buffers on return: the worker must be past them.
+            assert!(
+                first.is_completed(),
+                "returned while the worker still ran the operation queued ahead"
+            );
+        }
+        barrier.wait();
     });
 }
