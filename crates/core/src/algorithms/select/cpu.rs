@@ -63,11 +63,11 @@ impl HostCpu {
         self.bands().all_to_all_min_bytes
     }
 
-    /// A broadcast of this many bytes in shared memory copies straight between the root's
+    /// A broadcast in shared memory from this many bytes copies straight between the root's
     /// memory and the others' where the ranks may (the readers read, the root writes each
     /// its own segment; docs/tuning.md, "Single-copy broadcast").
-    pub fn single_copy_broadcast_bytes(self) -> RangeInclusive<usize> {
-        self.bands().broadcast_bytes.clone()
+    pub fn single_copy_broadcast_min_bytes(self) -> Option<usize> {
+        self.bands().broadcast_min_bytes
     }
 
     /// An all_gather of this many bytes (gathered) in shared memory reads every peer's input

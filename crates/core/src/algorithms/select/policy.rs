@@ -183,7 +183,10 @@ impl AlgoOverrides {
         self.broadcast.unwrap_or(match link {
             LinkKind::SharedMemory
                 if single_copy == SingleCopy::CoreEach
-                    && self.cpu.single_copy_broadcast_bytes().contains(&bytes) =>
+                    && self
+                        .cpu
+                        .single_copy_broadcast_min_bytes()
+                        .is_some_and(|min| bytes >= min) =>
             {
                 BroadcastAlgo::SingleCopy
             }

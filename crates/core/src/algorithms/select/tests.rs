@@ -108,22 +108,12 @@ fn defaults_depend_on_size_and_links() {
         BroadcastAlgo::BinomialTree
     );
     assert_eq!(o.broadcast(8, 4, shm, Unavailable), BroadcastAlgo::Shm);
-    // One copy between the root's memory and the others' where the ranks may: 256 KiB to
-    // 1 MiB, from 16 KiB on Intel's CPUs.
+    // One copy between the root's memory and the others' where the ranks may: from 16 KiB on
+    // Intel's CPUs, never on others.
     for (bytes, algo, on_intel) in [
         ((16 << 10) - 1, BroadcastAlgo::Shm, BroadcastAlgo::Shm),
         (16 << 10, BroadcastAlgo::Shm, BroadcastAlgo::SingleCopy),
-        (
-            256 << 10,
-            BroadcastAlgo::SingleCopy,
-            BroadcastAlgo::SingleCopy,
-        ),
-        (
-            1 << 20,
-            BroadcastAlgo::SingleCopy,
-            BroadcastAlgo::SingleCopy,
-        ),
-        ((1 << 20) + 1, BroadcastAlgo::Shm, BroadcastAlgo::SingleCopy),
+        (1 << 20, BroadcastAlgo::Shm, BroadcastAlgo::SingleCopy),
         (64 << 20, BroadcastAlgo::Shm, BroadcastAlgo::SingleCopy),
     ] {
         assert_eq!(o.broadcast(bytes, 2, shm, CoreEach), algo, "{bytes} bytes");

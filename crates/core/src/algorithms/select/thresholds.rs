@@ -62,8 +62,8 @@ pub(super) struct SingleCopyBands {
     pub all_reduce_pair_min_bytes: Option<usize>,
     /// all_to_all of equal blocks from this many bytes per rank (None: never).
     pub all_to_all_min_bytes: Option<usize>,
-    /// broadcast of this many bytes.
-    pub broadcast_bytes: RangeInclusive<usize>,
+    /// broadcast from this many bytes (None: never).
+    pub broadcast_min_bytes: Option<usize>,
     /// all_gather of this many bytes (gathered).
     pub all_gather_bytes: RangeInclusive<usize>,
 }
@@ -74,17 +74,16 @@ pub(super) const INTEL: SingleCopyBands = SingleCopyBands {
     all_reduce_min_bytes: Some(2 << 20),
     all_reduce_pair_min_bytes: Some(3 << 20),
     all_to_all_min_bytes: Some(32 << 10),
-    broadcast_bytes: (16 << 10)..=usize::MAX,
+    broadcast_min_bytes: Some(16 << 10),
     all_gather_bytes: (32 << 10)..=(16 << 20),
 };
 
-/// Every other CPU. all_gather and all_to_all from A/Bs at world 2 on the 2-core AMD EPYC VM;
-/// broadcast inferred from all_gather, all_reduce unmeasured (tuning.md, the "Single-copy"
-/// sections).
+/// Every other CPU. all_gather, all_to_all and broadcast from A/Bs at world 2 on the 2-core
+/// AMD EPYC VM, all_reduce unmeasured (tuning.md, the "Single-copy" sections).
 pub(super) const OTHER: SingleCopyBands = SingleCopyBands {
     all_reduce_min_bytes: None,
     all_reduce_pair_min_bytes: None,
     all_to_all_min_bytes: None,
-    broadcast_bytes: (256 << 10)..=(1 << 20),
+    broadcast_min_bytes: None,
     all_gather_bytes: (256 << 10)..=(4 << 20),
 };

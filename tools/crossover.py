@@ -1,13 +1,16 @@
-"""Where one shared-memory all_reduce algorithm overtakes another: the same sizes and dtypes
-run with each algorithm forced (``RUSTDIST_ALGO=allreduce=<name>``), in turn, for a number of
-rounds, through the import-swap door, ranks started here on this host.
+"""Where one shared-memory algorithm of a collective (all_reduce or broadcast) overtakes
+another: the same sizes and dtypes run with each algorithm forced (``RUSTDIST_ALGO=allreduce=
+<name>``, ``broadcast=<name>``), in turn, for a number of rounds, through the import-swap door,
+ranks started here on this host.
 
-    python tools/allreduce_crossover.py --algos shm_oneshot shm_twoshot \
+    python tools/crossover.py --algos shm_oneshot shm_twoshot \
         --dtype float32 16K 32K 64K 128K --dtype bfloat16 4K 8K 16K --runs 3
+    python tools/crossover.py --op broadcast --algos shm shm_single_copy \
+        --dtype float32 512K 1M 4M --runs 3
 
 Each cell is the slowest rank's mean time per call (us) in a round of about 20 ms, the median
 of 7 rounds; a line per case gives every run of every algorithm, so the spread shows. Sums of
-ones double each call (to inf, at the same speed as finite values).
+ones double each call (to inf, at the same speed as finite values); broadcasts are from rank 0.
 """
 
 from __future__ import annotations
@@ -31,8 +34,8 @@ def parse_size(text: str) -> int:
     return int(text.rstrip("KkMm")) * scale
 
 
-def rank_main(cases: list[tuple[str, int]]) -> None:
-    """One rank: times every case and, on rank 0, prints {case: us} as JSON."""
+def rank_main(op: str, cases: list[tuple[str, int]]) -> None:
+    """One rank: times `op` in every case and, on rank 0, prints {case: us} as JSON."""
     import torch
 
     import rustdist as dist
@@ -40,18 +43,19 @@ def rank_main(cases: list[tuple[str, int]]) -> None:
     rank = int(os.environ["RANK"])
     dist.init_process_group("gloo", rank=rank, world_size=int(os.environ["WORLD_SIZE"]))
     out = {}
+    call = {"all_reduce": dist.all_reduce, "broadcast": lambda t: dist.broadcast(t, src=0)}[op]
     for dtype, nbytes in cases:
         t = torch.ones(nbytes // torch.tensor([], dtype=getattr(torch, dtype)).element_size(),
                        dtype=getattr(torch, dtype))
         iters = max(30, ROUND_BYTES // nbytes)
         for _ in range(5):
-            dist.all_reduce(t)
+            call(t)
         rounds = []
         for _ in range(ROUNDS):
             dist.barrier()
             start = time.perf_counter()
             for _ in range(iters):
-                dist.all_reduce(t)
+                call(t)
             us = torch.tensor([(time.perf_counter() - start) / iters * 1e6])
             dist.all_reduce(us, op=dist.ReduceOp.MAX)
             rounds.append(us.item())
@@ -67,13 +71,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_once(algo: str, world: int, cases: list[tuple[str, int]]) -> dict[str, float]:
-    """The ranks of one run with `algo` forced (``auto``: the selection's own choice)."""
+def run_once(op: str, algo: str, world: int, cases: list[tuple[str, int]]) -> dict[str, float]:
+    """The ranks of one run of `op` with `algo` forced (``auto``: the selection's own
+    choice)."""
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
                WORLD_SIZE=str(world))
     if algo != "auto":
-        env["RUSTDIST_ALGO"] = f"allreduce={algo}"
-    arg = json.dumps(cases)
+        env["RUSTDIST_ALGO"] = f"{op.replace('all_reduce', 'allreduce')}={algo}"
+    arg = json.dumps([op, cases])
     procs = [subprocess.Popen([sys.executable, __file__, "--rank-cases", arg],
                               env=dict(env, RANK=str(r)), stdout=subprocess.PIPE, text=True)
              for r in range(world)]
@@ -85,6 +90,7 @@ def run_once(algo: str, world: int, cases: list[tuple[str, int]]) -> dict[str, f
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--op", choices=["all_reduce", "broadcast"], default="all_reduce")
     p.add_argument("--algos", nargs="+", default=["shm_oneshot", "shm_twoshot"])
     p.add_argument("--dtype", nargs="+", action="append", metavar=("DTYPE", "SIZE"),
                    help="a dtype and its sizes (64K, 2M); repeat for more dtypes")
@@ -94,13 +100,14 @@ def main() -> None:
     p.add_argument("--rank-cases", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.rank_cases:
-        rank_main([tuple(c) for c in json.loads(args.rank_cases)])
+        op, cases = json.loads(args.rank_cases)
+        rank_main(op, [tuple(c) for c in cases])
         return
     cases = [(d[0], parse_size(s)) for d in args.dtype or [["float32", "64K"]] for s in d[1:]]
     runs: dict[str, list[dict[str, float]]] = {a: [] for a in args.algos}
     for _ in range(args.runs):
         for algo in args.algos:
-            runs[algo].append(run_once(algo, args.world, cases))
+            runs[algo].append(run_once(args.op, algo, args.world, cases))
     print("| case | " + " | ".join(f"{a} (us)" for a in args.algos) + " |")
     print("|---|" + "---|" * len(args.algos))
     for dtype, nbytes in cases:
@@ -110,7 +117,7 @@ def main() -> None:
         print(f"| {dtype} {size} | " + " | ".join(cells) + " |")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"world": args.world, "runs": runs}, f, indent=1)
+            json.dump({"op": args.op, "world": args.world, "runs": runs}, f, indent=1)
 
 
 if __name__ == "__main__":
