@@ -1,6 +1,6 @@
-"""Where one shared-memory algorithm of a collective (all_reduce or broadcast) overtakes
-another: the same sizes and dtypes run with each algorithm forced (``RUSTDIST_ALGO=allreduce=
-<name>``, ``broadcast=<name>``), in turn, for a number of rounds, through the import-swap door,
+"""Where one shared-memory algorithm of a collective (all_reduce, broadcast or all_gather)
+overtakes another: the same sizes and dtypes run with each algorithm forced
+(``RUSTDIST_ALGO=<op>=<name>``), in turn, for a number of rounds, through the import-swap door,
 ranks started here on this host.
 
     python tools/crossover.py --algos shm_oneshot shm_twoshot \
@@ -10,7 +10,8 @@ ranks started here on this host.
 
 Each cell is the slowest rank's mean time per call (us) in a round of about 20 ms, the median
 of 7 rounds; a line per case gives every run of every algorithm, so the spread shows. Sums of
-ones double each call (to inf, at the same speed as finite values); broadcasts are from rank 0.
+ones double each call (to inf, at the same speed as finite values); broadcasts are from rank 0;
+an all_gather's size is each rank's input (all_gather_into_tensor).
 """
 
 from __future__ import annotations
@@ -40,13 +41,16 @@ def rank_main(op: str, cases: list[tuple[str, int]]) -> None:
 
     import rustdist as dist
 
-    rank = int(os.environ["RANK"])
-    dist.init_process_group("gloo", rank=rank, world_size=int(os.environ["WORLD_SIZE"]))
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("gloo", rank=rank, world_size=world)
     out = {}
-    call = {"all_reduce": dist.all_reduce, "broadcast": lambda t: dist.broadcast(t, src=0)}[op]
     for dtype, nbytes in cases:
         t = torch.ones(nbytes // torch.tensor([], dtype=getattr(torch, dtype)).element_size(),
                        dtype=getattr(torch, dtype))
+        gathered = t.new_empty(world * t.numel())
+        call = {"all_reduce": dist.all_reduce,
+                "broadcast": lambda t: dist.broadcast(t, src=0),
+                "all_gather": lambda t, out=gathered: dist.all_gather_into_tensor(out, t)}[op]
         iters = max(30, ROUND_BYTES // nbytes)
         for _ in range(5):
             call(t)
@@ -77,7 +81,7 @@ def run_once(op: str, algo: str, world: int, cases: list[tuple[str, int]]) -> di
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
                WORLD_SIZE=str(world))
     if algo != "auto":
-        env["RUSTDIST_ALGO"] = f"{op.replace('all_reduce', 'allreduce')}={algo}"
+        env["RUSTDIST_ALGO"] = f"{op}={algo}"
     arg = json.dumps([op, cases])
     procs = [subprocess.Popen([sys.executable, __file__, "--rank-cases", arg],
                               env=dict(env, RANK=str(r)), stdout=subprocess.PIPE, text=True)
@@ -90,7 +94,8 @@ def run_once(op: str, algo: str, world: int, cases: list[tuple[str, int]]) -> di
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--op", choices=["all_reduce", "broadcast"], default="all_reduce")
+    p.add_argument("--op", choices=["all_reduce", "broadcast", "all_gather"],
+                   default="all_reduce")
     p.add_argument("--algos", nargs="+", default=["shm_oneshot", "shm_twoshot"])
     p.add_argument("--dtype", nargs="+", action="append", metavar=("DTYPE", "SIZE"),
                    help="a dtype and its sizes (64K, 2M); repeat for more dtypes")
