@@ -1160,6 +1160,28 @@ fn single_copy_broadcast_of_another_length_fails_every_rank() {
 }
 
 #[test]
+fn single_copy_broadcast_root_arriving_after_a_reader_failed_writes_nothing_there() {
+    // Rank 1 gives up on the root (its timeout passes) after publishing where its buffer
+    // lies; the root arrives later, finds the address, and must not write: rank 1's caller
+    // may have freed that buffer.
+    let mut ranks = mesh_on_hosts(&[0, 0]);
+    let short = |numel: usize| {
+        let c = ctx(CollectiveKind::Broadcast, DType::U8, ReduceOp::Sum, numel);
+        OpCtx::new(c.seq, c.sig, ReduceOp::Sum, Duration::from_millis(50))
+    };
+    let mut theirs = vec![0u8; 4096];
+    let r = broadcast::single_copy::broadcast(&mut ranks[1], &short(4096), &mut theirs, 0);
+    assert!(matches!(r, Err(Error::Backend(_))), "{r:?}");
+    let mut root_buf = vec![7u8; 4096];
+    let r = broadcast::single_copy::broadcast(&mut ranks[0], &short(4096), &mut root_buf, 0);
+    assert!(r.is_err(), "rank 1 never finished: {r:?}");
+    assert!(
+        theirs.iter().all(|&b| b == 0),
+        "the root wrote into a withdrawn buffer"
+    );
+}
+
+#[test]
 fn ranks_disagreeing_in_the_workspace_get_backend_error() {
     // Rank 1 reduces 3 elements where the others reduce 4: the step's signature differs.
     let outs = run_on(&[0, 0, 0], |t| {

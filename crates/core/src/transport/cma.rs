@@ -26,6 +26,19 @@ pub fn probe(pid: i32, addr: usize) -> bool {
     read(pid, addr, &mut word).is_ok() && u64::from_ne_bytes(word) == MAGIC
 }
 
+/// Whether process `pid` exists and has memory (not a zombie, not exiting): whether it can
+/// still read or write another's.
+pub fn has_memory(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // The state follows the command name, which is in parentheses and may hold any byte.
+    let state = stat
+        .rfind(')')
+        .and_then(|at| stat[at + 1..].trim_start().chars().next());
+    !matches!(state, None | Some('Z' | 'X' | 'x'))
+}
+
 /// Copies `dst.len()` bytes at address `addr` of process `pid` into `dst`.
 pub fn read(pid: i32, addr: usize, dst: &mut [u8]) -> std::io::Result<()> {
     let base = dst.as_mut_ptr();

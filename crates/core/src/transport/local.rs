@@ -397,6 +397,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::transport::WITHDRAW_GRACE;
     use crate::types::{CollectiveKind, DType, ReduceOp};
 
     fn ctx(kind: CollectiveKind, dtype: DType, ms: u64) -> OpCtx {
@@ -474,6 +475,85 @@ mod tests {
             .unwrap_err();
             assert!(e.to_string().contains("process_vm_readv"), "{e}");
         }
+    }
+
+    #[test]
+    fn a_reader_that_withdrew_its_buffer_is_not_written_any_more() {
+        let mut ranks = mesh_on_hosts(&[0, 0]);
+        let (first, second) = ranks.split_at_mut(1);
+        let root = first[0].shared().expect("a workspace");
+        let reader = second[0].shared().expect("a workspace");
+        let c = ctx(CollectiveKind::Broadcast, DType::U8, 5000);
+        let (mut before, mut after) = ([0u8; 4], [0u8; 4]);
+        root.begin_writes(&c);
+        root.write_to(&c, 1, before.as_mut_ptr() as usize, &[7; 4])
+            .unwrap();
+        root.end_writes(&c);
+        // The root is done: the reader returns at once, and nothing is written after.
+        reader.withdraw(&c, 0);
+        root.write_to(&c, 1, after.as_mut_ptr() as usize, &[7; 4])
+            .unwrap();
+        assert_eq!((before, after), ([7; 4], [0; 4]));
+    }
+
+    #[test]
+    fn withdrawing_waits_for_a_writer_that_has_begun() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let mut ranks = mesh_on_hosts(&[0, 0]);
+        let mut reader = ranks.pop().expect("rank 1");
+        let mut root_rank = ranks.pop().expect("rank 0");
+        let root = root_rank.shared().expect("a workspace");
+        let c = ctx(CollectiveKind::Broadcast, DType::U8, 5000);
+        root.begin_writes(&c);
+        let returned = Arc::new(AtomicBool::new(false));
+        let (c1, flag) = (c.clone(), returned.clone());
+        let h = std::thread::spawn(move || {
+            reader.shared().expect("a workspace").withdraw(&c1, 0);
+            flag.store(true, Ordering::SeqCst);
+        });
+        // Once the reader has withdrawn, the root's writes to it are skipped.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let mut probe = [0u8; 4];
+            root.write_to(&c, 1, probe.as_mut_ptr() as usize, &[7; 4])
+                .unwrap();
+            if probe == [0; 4] {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the reader never withdrew");
+            std::thread::yield_now();
+        }
+        // It returns only once the root is done: give a wrong early return its chance.
+        for _ in 0..10_000 {
+            std::thread::yield_now();
+        }
+        assert!(
+            !returned.load(Ordering::SeqCst),
+            "returned while the root wrote"
+        );
+        root.end_writes(&c);
+        h.join().expect("the reader");
+        assert!(returned.load(Ordering::SeqCst));
+    }
+
+    #[test]
+    fn withdrawing_does_not_wait_for_a_writer_that_has_exited() {
+        let mut ranks = mesh_on_hosts(&[0, 0]);
+        // Rank 0's process is gone (no process has this id) in the middle of its writes.
+        ranks[1].ws = ranks[1]
+            .ws
+            .take()
+            .map(|ws| ws.with_pids(Some(vec![i32::MAX, cma::pid()])));
+        let c = ctx(CollectiveKind::Broadcast, DType::U8, 5000);
+        let (first, second) = ranks.split_at_mut(1);
+        first[0].shared().expect("a workspace").begin_writes(&c);
+        let started = Instant::now();
+        second[0].shared().expect("a workspace").withdraw(&c, 0);
+        assert!(
+            started.elapsed() < WITHDRAW_GRACE / 2,
+            "{:?}",
+            started.elapsed()
+        );
     }
 
     #[test]

@@ -172,9 +172,25 @@ pub trait SharedMemory {
     /// Copies `dst.len()` bytes at address `addr` of local rank `local`'s process into `dst`
     /// (one copy, no slot). `ctx` names the collective in the error.
     fn read_from(&self, ctx: &OpCtx, local: usize, addr: usize, dst: &mut [u8]) -> Result<()>;
-    /// Copies `src` to address `addr` of local rank `local`'s process (one copy, no slot).
+    /// Copies `src` to address `addr` of local rank `local`'s process (one copy, no slot),
+    /// between [`SharedMemory::begin_writes`] and [`SharedMemory::end_writes`]; writes
+    /// nothing once `local` has withdrawn its buffer ([`SharedMemory::withdraw`]).
     fn write_to(&self, ctx: &OpCtx, local: usize, addr: usize, src: &[u8]) -> Result<()>;
+    /// Starts writing into local peers' buffers in `ctx`'s collective.
+    fn begin_writes(&self, ctx: &OpCtx);
+    /// Done writing into local peers' buffers in `ctx`'s collective; follows
+    /// [`SharedMemory::begin_writes`] on every path, failures included.
+    fn end_writes(&self, ctx: &OpCtx);
+    /// After this rank failed in `ctx`'s collective: withdraws the buffer it published for
+    /// local rank `writer` to write into, and returns once `writer` no longer does (it had not
+    /// begun and now will not, it is done, or its process has gone), or after
+    /// [`WITHDRAW_GRACE`] (a stopped process), so that the caller may free the buffer.
+    fn withdraw(&self, ctx: &OpCtx, writer: usize);
 }
+
+/// The longest [`SharedMemory::withdraw`] waits for a writer that neither finishes nor exits
+/// (one stopped, by a debugger or SIGSTOP); its writes take milliseconds otherwise.
+pub const WITHDRAW_GRACE: Duration = Duration::from_secs(10);
 
 /// What a transport with a workspace provides; [`SharedMemory`] is built on it once for all.
 pub(crate) trait WorkspaceHost {
@@ -294,8 +310,39 @@ impl<T: WorkspaceHost> SharedMemory for T {
 
     fn write_to(&self, ctx: &OpCtx, local: usize, addr: usize, src: &[u8]) -> Result<()> {
         let ws = self.workspace().ok_or_else(no_workspace)?;
+        if ws.withdrawn(local, ctx.seq) {
+            return Ok(());
+        }
         ws.write_to(local, addr, src)
             .map_err(|e| cma_error(ctx, ws, local, format!("write {} bytes to", src.len()), e))
+    }
+
+    fn begin_writes(&self, ctx: &OpCtx) {
+        if let Some(ws) = self.workspace() {
+            ws.begin_writes(ctx.seq);
+        }
+    }
+
+    fn end_writes(&self, ctx: &OpCtx) {
+        if let Some(ws) = self.workspace() {
+            ws.end_writes(ctx.seq);
+        }
+    }
+
+    fn withdraw(&self, ctx: &OpCtx, writer: usize) {
+        let Some(ws) = self.workspace() else {
+            return;
+        };
+        if !ws.withdraw(ctx.seq, writer) {
+            return;
+        }
+        let give_up = Instant::now() + WITHDRAW_GRACE;
+        while !ws.writes_ended(writer, ctx.seq)
+            && ws.may_write_here(writer)
+            && Instant::now() < give_up
+        {
+            std::thread::sleep(Duration::from_micros(100));
+        }
     }
 }
 

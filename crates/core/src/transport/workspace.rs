@@ -53,6 +53,13 @@ pub const DEPTH: u64 = 256;
 
 const KINDS: usize = CollectiveKind::ALL.len();
 const PROGRESS: usize = 0;
+/// Words after PROGRESS, each a collective's sequence number + 1 (0: none yet): the last in
+/// which this rank started writing into local peers' buffers (`cma`), the last in which it
+/// finished or gave up doing so, and the last in which it withdrew the buffer it had
+/// published for peers to write into.
+const WRITING: usize = 8;
+const WRITTEN: usize = 16;
+const WITHDRAWN: usize = 24;
 const ANNOUNCE: usize = LINE;
 /// Bytes of one announce entry: sequence number, packed signature, element count.
 const ENTRY: usize = 32;
@@ -344,6 +351,45 @@ impl Workspace {
             return Arrival::Mismatch;
         }
         Arrival::Arrived
+    }
+
+    /// Starts writing into local peers' published buffers in collective `seq`; every write
+    /// checks [`Workspace::withdrawn`] first, and [`Workspace::end_writes`] follows.
+    pub fn begin_writes(&self, seq: u64) {
+        // SeqCst with `withdraw`'s: a peer that withdraws either is seen withdrawn by the
+        // next check here or sees this and waits for `end_writes`.
+        self.word(self.me, WRITING).store(seq + 1, Ordering::SeqCst);
+    }
+
+    /// Whether local rank `p` withdrew, in collective `seq`, the buffer it published.
+    pub fn withdrawn(&self, p: usize, seq: u64) -> bool {
+        self.word(p, WITHDRAWN).load(Ordering::SeqCst) > seq
+    }
+
+    /// Done writing into peers' buffers in collective `seq` (finished or given up).
+    pub fn end_writes(&self, seq: u64) {
+        self.word(self.me, WRITTEN)
+            .store(seq + 1, Ordering::Release);
+    }
+
+    /// Withdraws the buffer this rank published in collective `seq` for local rank `writer`
+    /// to write into (this rank failed; its caller may free the buffer): `writer` writes no
+    /// more of it unless it had already begun, which this returns.
+    pub fn withdraw(&self, seq: u64, writer: usize) -> bool {
+        self.word(self.me, WITHDRAWN)
+            .store(seq + 1, Ordering::SeqCst);
+        self.word(writer, WRITING).load(Ordering::SeqCst) > seq
+    }
+
+    /// Whether local rank `writer` is done writing into peers' buffers in collective `seq`.
+    pub fn writes_ended(&self, writer: usize, seq: u64) -> bool {
+        self.word(writer, WRITTEN).load(Ordering::Acquire) > seq
+    }
+
+    /// Whether local rank `p`'s process may still write into this one: it exists and has
+    /// not exited (a zombie has no memory left to write from).
+    pub fn may_write_here(&self, p: usize) -> bool {
+        self.pid(p).is_ok_and(cma::has_memory)
     }
 
     /// Whether local rank `p` has published the current step, without recording it.
