@@ -264,6 +264,20 @@ class ProcessGroup:
         group refuses work afterwards."""
     def error(self) -> Optional[Exception]:
         """The error that failed the group, or None while it works."""
+    def forget_rendezvous(self, store: Any) -> None:
+        """Deletes from `store` (the group's) the keys this rank published while connecting,
+        after a barrier. Collective."""
+    def retire(self, reason: str) -> None:
+        """Leaves a group a reconfigure replaced: pending and later operations fail with
+        `reason`; returns once its worker has finished."""
+    def wait_failed(self, timeout: float) -> Optional[Exception]:
+        """Waits up to `timeout` seconds for the group to fail: the error, else None."""
+    @property
+    def hooked(self) -> bool:
+        """Whether collective hooks are registered (the fast path leaves the group to
+        Python, which fires them)."""
+    def set_hooked(self, hooked: bool) -> None:
+        """Sets :attr:`hooked`."""
     def set_trace_info(self, name: str, desc: str, ranks: list[int]) -> None:
         """Names the group in its flight recorder as torch knows it: `name` (torch's
         group_name), `desc` (group_desc), the members' global ranks by group rank."""

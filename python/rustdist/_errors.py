@@ -6,6 +6,9 @@ written as ``except torch.distributed.DistNetworkError`` catches rustdist's erro
 
 from __future__ import annotations
 
+import enum
+from typing import Any
+
 try:  # torch is optional: rustdist works on numpy arrays without it.
     import torch.distributed as _td
 
@@ -36,4 +39,21 @@ class DistStoreError(DistError, _TorchStoreError):
     """A store operation failed or timed out."""
 
 
-__all__ = ["DistError", "DistBackendError", "DistNetworkError", "DistStoreError"]
+class _ErrorType(enum.IntEnum):
+    """torch's ``ErrorType`` (same names and values), for torch before 2.14."""
+
+    SUCCESS = 0
+    TIMEOUT = 1
+    COMM_ERROR = 2
+    REMOTE_ERROR = 3
+
+
+#: What failed a group (``ProcessGroup.get_error``): torch's ``ErrorType`` where torch has it.
+ErrorType: Any = _ErrorType
+try:
+    from torch._C._distributed_c10d import ErrorType  # type: ignore[no-redef]  # noqa: F811
+except ImportError:
+    pass
+
+
+__all__ = ["DistError", "DistBackendError", "DistNetworkError", "DistStoreError", "ErrorType"]

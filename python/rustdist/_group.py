@@ -1,16 +1,21 @@
 """``ProcessGroup``: the engine's group (``_core.ProcessGroup``) with its members' global ranks,
-its timeout, abort and shutdown. With torch importable it is a ``torch.distributed``
-``ProcessGroup`` subclass; the torch front door (``_torch_backend``) adds the methods torch
-calls on a backend."""
+its timeout, abort and shutdown, the reconfigure API (``_reconfigure``), its collective and
+abort hooks (``_hooks``) and its error state. With torch importable it is a
+``torch.distributed`` ``ProcessGroup`` subclass; the torch front door (``_torch_backend``)
+adds the methods torch calls on a backend."""
 
 from __future__ import annotations
 
+import threading
 import weakref
 from datetime import timedelta
 from typing import Any, Callable, Optional
 
-from . import _core, cuda
+from . import _core, _reconfigure, cuda, status
+from ._errors import DistNetworkError, ErrorType
+from ._hooks import Hooks, check_hook
 from ._tracing import not_traced
+from ._work import Work
 
 try:  # torch is optional: rustdist works on numpy arrays without it.
     import torch.distributed as _td
@@ -29,6 +34,11 @@ default_pg_timeout: timedelta = timedelta(minutes=30)
 #: The groups torch created through the "rustdist" backend, shut down by rustdist's
 #: destroy_process_group (torch before 2.7 does not call a Python group's shutdown).
 made_by_torch: weakref.WeakSet = weakref.WeakSet()
+
+
+#: Every group of this process, so that reconfiguring the default group can invalidate the
+#: groups made from its old membership.
+_live: weakref.WeakSet = weakref.WeakSet()
 
 
 #: ``shrink_group``'s flags, as torch has them: fail when operations are pending, or abort them.
@@ -87,6 +97,9 @@ class ProcessGroup(_GroupBase):  # type: ignore[misc, valid-type]
     ranks of its members ordered by group rank (``_ranks``). Pass it as ``group=`` to any
     collective."""
 
+    #: The registered collective hooks, None while there are none (read on every operation).
+    _hooks: Optional[Hooks] = None
+
     def __init__(self, pg: Any, ranks: list[int], backend: str, world: bool, store: Any) -> None:
         if _GroupBase is object:
             super().__init__()
@@ -106,6 +119,8 @@ class ProcessGroup(_GroupBase):  # type: ignore[misc, valid-type]
         self._rank: int = pg.rank
         self._size: int = pg.size
         self._backend = backend
+        # Whether this is a world's default group (its ranks are global ranks).
+        self._is_world = world
         # Called with the group when it ends (shut down, or aborted in torch's world): set by
         # the world that caches it as the default group.
         self._on_end: Optional[Callable[[ProcessGroup], None]] = None
@@ -113,6 +128,25 @@ class ProcessGroup(_GroupBase):  # type: ignore[misc, valid-type]
         self._trace: tuple[str, str] = (pg.group_name, "default_pg" if world else "undefined")
         _core.flight_recorder_set_rank(ranks[pg.rank])
         self._trace_as(*self._trace)
+        # The reconfigure API: the engine group's first name (re-formed groups are named
+        # after it), this process's first global rank and the token of its handle, and the
+        # uuids it took part in.
+        self._base_name: str = pg.group_name
+        self._stable_rank: int = ranks[pg.rank]
+        self._token = _reconfigure.new_token()
+        self._uuids: set[int] = set()
+        self._uuid = -1
+        self._hook_registry = Hooks()
+        # Abort hooks by id; whether they ran for the current engine group; the thread that
+        # waits for the engine group to fail, while there are hooks; a local abort.
+        self._abort_hooks: dict[int, Callable[[], Any]] = {}
+        self._abort_lock = threading.Lock()
+        self._abort_fired = False
+        self._abort_watcher: Optional[threading.Thread] = None
+        self._core_moved = threading.Event()
+        self._aborted = False
+        self._is_ended = False
+        _live.add(self)
 
     def _trace_as(self, name: str, desc: str) -> None:
         """Names the group in the flight recorder (its dumps, and the timeouts that quote
@@ -203,6 +237,196 @@ class ProcessGroup(_GroupBase):  # type: ignore[misc, valid-type]
             cuda.shrink(self, group, excluded, abort_pending)
         return group
 
+    # -- reconfigure (torch 2.14's fault-tolerance API) -------------------------------------
+
+    @property
+    def supports_reconfigure(self) -> bool:
+        """Whether the group can be re-formed over a new set of peers (``reconfigure``):
+        always, for a rustdist CPU group (``enable_reconfigure`` is accepted; a rustdist group
+        works from its creation on, with or without it)."""
+        return self._cuda is None
+
+    def get_reconfigure_handle(self) -> str:
+        """An opaque handle of this process's group that peers pass to :meth:`reconfigure`
+        (``torch.distributed._get_reconfigure_handle``): it names the process and the store
+        its group is on, and stays the same across reconfigures. Data, not a credential:
+        joining still takes the store and, where set, the links' key or TLS."""
+        return _reconfigure.make_handle(self._stable_rank, self._token, self._store)
+
+    @not_traced
+    def reconfigure(self, opts: Any) -> Work:
+        """Re-forms the group over ``opts.handles`` (torch's ``ReconfigureOptions``: one
+        handle per member, from :meth:`get_reconfigure_handle`; a list fixes the new ranks by
+        position, a set lets rustdist order them), under ``opts.uuid``, which may be used
+        once; within ``opts.timeout`` (default: the group's timeout), a member that never
+        comes named in the error. Every member calls it, also processes that were not in
+        the group (a replacement, another group being merged). The same group object then
+        has the new rank and size; pending operations on the old membership fail, and so
+        does every group made from it before (make them again). ``opts.hints`` is accepted
+        and ignored. Returns a completed Work: the group is ready on every member."""
+        uuid, handles, timeout = _reconfigure.options(opts)
+        if self._cuda is not None:
+            raise RuntimeError("reconfigure: this group has run CUDA operations (NCCL), which "
+                               "rustdist cannot re-form yet; reconfigure a CPU group")
+        if uuid in self._uuids:
+            raise RuntimeError(f"rustdist reconfigure uuid {uuid} was already used; each "
+                               "reconfigure() requires a unique uuid")
+        members = _reconfigure.ordered(handles)
+        keep_timeout = self._pg.timeout
+        if timeout is None:
+            timeout = timedelta(seconds=keep_timeout)
+        self._uuids.add(uuid)
+        core, rank = _reconfigure.form(self._store, self._base_name, uuid, members,
+                                       self.get_reconfigure_handle(), timeout)
+        core.set_timeout(keep_timeout)
+        stable = [_reconfigure.parse_handle(h)[0] for h in members]
+        self._replace_core(core, rank, stable, uuid)
+        return Work(_core.join([]), [])
+
+    def _replace_core(self, core: Any, rank: int, stable_ranks: list[int], uuid: int) -> None:
+        """This group runs on ``core`` (a re-formed engine group, this process its ``rank``)
+        from now on; the old engine group is retired."""
+        old = self._pg
+        core.set_hooked(bool(self._hooks))
+        self._pg, self._rank, self._size, self._uuid = core, rank, core.size, uuid
+        # The default group's ranks are global ranks (torch's WORLD); another group's members
+        # keep the global ranks they first had.
+        self._ranks = list(range(core.size)) if self._is_world else stable_ranks
+        if self._group_ranks is not None:
+            self._group_ranks = {g: i for i, g in enumerate(self._ranks)}
+        with self._abort_lock:
+            self._abort_fired = self._aborted = self._is_ended = False
+        self._move_on()
+        self._start_abort_watcher()
+        _core.flight_recorder_set_rank(self._ranks[rank])
+        name, desc = self._trace
+        self._trace_as(name, desc)
+        old.retire(f"process group {name} was reconfigured (uuid {uuid}): its operations on "
+                   "the old membership were cancelled")
+        if not self._is_world:
+            return
+        status.publish(self._store, rank, core.size, core.status_address)
+        # The groups made from this world are on its store (torchft's, say, are not).
+        store = _reconfigure.store_address(self._store)
+        for other in list(_live):
+            if (other is not self and not other._is_ended and store
+                    and _reconfigure.store_address(other._store) == store):
+                other._pg.retire(
+                    f"process group {other._trace[0]} was made before the default group was "
+                    f"reconfigured (uuid {uuid}) and is no longer valid: make it again (new_group) "
+                    "over the new membership")
+
+    # -- abort hooks and the error state ---------------------------------------------------
+
+    @property
+    def supports_abort_hooks(self) -> bool:
+        """Abort hooks are supported (:meth:`register_abort_hook`)."""
+        return True
+
+    @property
+    def supports_completion_hooks(self) -> bool:
+        """Completion hooks are not supported (as on gloo)."""
+        return False
+
+    @property
+    def supports_window(self) -> bool:
+        """One-sided windows are not supported yet (as on gloo)."""
+        return False
+
+    def register_abort_hook(self, hook_id: int, hook: Callable[[], Any]) -> None:
+        """Calls ``hook()`` once when the group is aborted (:meth:`abort`, before it aborts),
+        times out or fails (a dead peer, a peer's abort): on the thread that aborts, else on
+        a watcher thread. Replaces the hook of the same ``hook_id``. Once per engine group:
+        a reconfigured group calls its hooks again on its next failure."""
+        self._abort_hooks[check_hook(hook_id, hook)] = hook
+        self._start_abort_watcher()
+
+    def unregister_abort_hook(self, hook_id: int) -> None:
+        """Removes the abort hook ``hook_id`` (none registered under it: nothing happens)."""
+        self._abort_hooks.pop(hook_id, None)
+
+    def _fire_abort_hooks(self, core: Any) -> None:
+        """Calls the abort hooks, once for the engine group ``core``, in id order."""
+        with self._abort_lock:
+            if self._abort_fired or core is not self._pg:
+                return
+            self._abort_fired = True
+            hooks = [self._abort_hooks[k] for k in sorted(self._abort_hooks)]
+        for hook in hooks:
+            hook()
+
+    def _watch_failure(self) -> None:
+        """Waits for the engine group to fail while abort hooks are registered and the group
+        lives, and calls them when it does; then waits for a reconfigure to give the group a
+        new engine group (the one it retires is no failure) or for the group to end."""
+        while self._abort_hooks and not self._is_ended:
+            core, moved = self._pg, self._core_moved
+            if core.wait_failed(0.25) is None:
+                continue
+            self._fire_abort_hooks(core)
+            moved.wait()
+
+    def _start_abort_watcher(self) -> None:
+        if self._abort_hooks and (self._abort_watcher is None
+                                  or not self._abort_watcher.is_alive()):
+            self._abort_watcher = threading.Thread(target=self._watch_failure, daemon=True,
+                                                   name=f"rustdist-abort-hooks-{self._rank}")
+            self._abort_watcher.start()
+
+    def _move_on(self) -> None:
+        """Wakes the abort watcher: the group has a new engine group, or has ended."""
+        moved, self._core_moved = self._core_moved, threading.Event()
+        moved.set()
+
+    def get_error(self) -> Any:
+        """What failed the group, as torch's ``ErrorType``: SUCCESS while it works (and after
+        this process's own :meth:`abort`, as on gloo), TIMEOUT after an operation timed out,
+        REMOTE_ERROR when a peer died, hung up or aborted, COMM_ERROR for any other failure
+        (ranks that disagreed about a collective)."""
+        error = self._pg.error()
+        if error is None or self._aborted:
+            return ErrorType.SUCCESS
+        text = str(error).lower()
+        if "timed out" in text:
+            return ErrorType.TIMEOUT
+        if isinstance(error, DistNetworkError) or "aborted" in text:
+            return ErrorType.REMOTE_ERROR
+        return ErrorType.COMM_ERROR
+
+    # -- collective hooks -------------------------------------------------------------------
+
+    def register_pre_hook(self, hook_id: int, hook: Callable[[Any], Any]) -> None:
+        """Calls ``hook(args)`` (``PreHookArgs``: ``name``, ``async_op``, ``input_tensors``,
+        ``output_tensors``, ``root``, ``op_id``) before every collective and point-to-point
+        operation issued on the group, in ``hook_id`` order; replaces the hook of the same
+        id."""
+        self._hook_registry.pre[check_hook(hook_id, hook)] = hook
+        self._sync_hooks()
+
+    def unregister_pre_hook(self, hook_id: int) -> None:
+        """Removes the pre-hook ``hook_id``."""
+        self._hook_registry.pre.pop(hook_id, None)
+        self._sync_hooks()
+
+    def register_post_hook(self, hook_id: int, hook: Callable[[Any], Any]) -> None:
+        """Calls ``hook(args)`` (``PostHookArgs``: ``name``, ``async_op``, ``work``,
+        ``op_id``, the pre-hook's) once each operation is issued (a synchronous one: done),
+        in ``hook_id`` order; replaces the hook of the same id."""
+        self._hook_registry.post[check_hook(hook_id, hook)] = hook
+        self._sync_hooks()
+
+    def unregister_post_hook(self, hook_id: int) -> None:
+        """Removes the post-hook ``hook_id``."""
+        self._hook_registry.post.pop(hook_id, None)
+        self._sync_hooks()
+
+    def _sync_hooks(self) -> None:
+        """Whether operations fire hooks: the Python path reads ``_hooks``, the fast path the
+        engine group's flag (it hands hooked groups' calls to Python)."""
+        hooked = bool(self._hook_registry)
+        self._hooks = self._hook_registry if hooked else None
+        self._pg.set_hooked(hooked)
+
     def _shutdown(self) -> None:
         """Leaves the engine group and its CUDA group (queued work still runs)."""
         self._ended()
@@ -222,6 +446,8 @@ class ProcessGroup(_GroupBase):  # type: ignore[misc, valid-type]
         ``destroy_process_group`` forgets it. The flight recorder is dumped
         (``TORCH_FR_DUMP_TEMP_FILE``; see ``rustdist.flight_recorder``).
         """
+        self._fire_abort_hooks(self._pg)
+        self._aborted = True
         self._ended()
         if self._cuda is not None:
             cuda.abort(self)
@@ -229,6 +455,8 @@ class ProcessGroup(_GroupBase):  # type: ignore[misc, valid-type]
         _core.flight_recorder_dump_after(f"process group {self._trace[0]} aborted")
 
     def _ended(self) -> None:
+        self._is_ended = True
+        self._move_on()
         on_end, self._on_end = self._on_end, None
         if on_end is not None:
             on_end(self)

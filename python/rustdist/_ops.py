@@ -151,7 +151,7 @@ def all_reduce_coalesced(pg: Any, tensors: list[Any], op: Any,
     return _finish(_core.join(works), tensors, async_op)
 
 
-@profiled(Spec("reduce", "tensor", "tensor"))
+@profiled(Spec("reduce", "tensor", "tensor", root="root"))
 def reduce(pg: Any, tensor: Any, root: int, op: Any, async_op: bool) -> Optional[Work]:
     """``tensor`` of every rank reduced into ``tensor`` on group rank ``root``."""
     buf = routed(tensor, "tensor", True)
@@ -166,7 +166,7 @@ def reduce(pg: Any, tensor: Any, root: int, op: Any, async_op: bool) -> Optional
     return _finish(work, [tensor], async_op)
 
 
-@profiled(Spec("broadcast", "tensor", "tensor"))
+@profiled(Spec("broadcast", "tensor", "tensor", root="root"))
 def broadcast(pg: Any, tensor: Any, root: int, async_op: bool) -> Optional[Work]:
     """``tensor`` of group rank ``root`` copied into every rank's ``tensor``."""
     buf = routed(tensor, "tensor", True)
@@ -406,7 +406,7 @@ def _rooted(kind: str, pg: Any, root: int, tensor: Any, buf: tuple[int, int, int
     return pg._pg.exchange(kind, code, n if sized else 0, sends, recvs, (tensor, *xs), sync=sync)
 
 
-@profiled(Spec("gather", "tensor", "xs"))
+@profiled(Spec("gather", "tensor", "xs", root="root"))
 def gather(pg: Any, tensor: Any, xs: list[Any], root: int, async_op: bool,
            sized: bool = True) -> Optional[Work]:
     """Every rank's ``tensor`` into ``xs`` (one per rank on the root, empty elsewhere) on
@@ -422,7 +422,7 @@ def gather(pg: Any, tensor: Any, xs: list[Any], root: int, async_op: bool,
     return _finish(work, [xs] if xs else [], async_op)
 
 
-@profiled(Spec("scatter", "xs", "tensor"))
+@profiled(Spec("scatter", "xs", "tensor", root="root"))
 def scatter(pg: Any, tensor: Any, xs: list[Any], root: int, async_op: bool,
             sized: bool = True) -> Optional[Work]:
     """The root's ``xs[r]`` (one per rank on the root, empty elsewhere) into ``tensor`` on
@@ -567,7 +567,7 @@ def monitored_barrier(pg: Any, timeout: timedelta, wait_all_ranks: bool) -> None
 # Point-to-point
 
 
-@profiled(Spec("isend", "tensor", None))
+@profiled(Spec("isend", "tensor", None, root="peer"))
 def isend(pg: Any, tensor: Any, peer: int, tag: int) -> Work:
     """``tensor`` sent to group rank ``peer``."""
     buf = routed(tensor, "tensor")
@@ -577,7 +577,7 @@ def isend(pg: Any, tensor: Any, peer: int, tag: int) -> Work:
     return Work(pg._pg.send(ptr, n, code, peer, tag, tensor), [tensor])
 
 
-@profiled(Spec("irecv", None, "tensor"))
+@profiled(Spec("irecv", None, "tensor", root="peer"))
 def irecv(pg: Any, tensor: Any, peer: Optional[int], tag: int) -> Work:
     """A receive into ``tensor`` from group rank ``peer`` (None: from any rank)."""
     buf = routed(tensor, "tensor", True)

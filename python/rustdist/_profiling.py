@@ -13,7 +13,9 @@ keyword inputs: the profiler keeps them when it records shapes (``record_shapes=
 that only torch's C++ backends can attach.)
 
 Only the outermost operation of a call is recorded (a coalesced call runs others inside).
-With no profiler active an operation pays one flag read.
+The same wrapper fires the group's collective hooks (``_hooks``), around the outermost
+operation too (a batch of sends and receives fires each). With no profiler active and no hook
+registered an operation pays two reads.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import functools
 import inspect
 import threading
 from typing import Any, Callable, Optional, TypeVar
+
+from . import _hooks
 
 try:  # torch is optional: without it there is no profiler to feed.
     import torch
@@ -32,7 +36,8 @@ except ImportError:
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
-#: Whether this thread is inside a recorded operation (only the outermost is recorded).
+#: Whether this thread is inside a recorded operation (``on``: only the outermost is
+#: recorded) and inside one that fired hooks (``hooked``).
 _inside = threading.local()
 
 
@@ -78,14 +83,17 @@ def _splits(x: Any) -> list[int]:
 
 
 class Spec:
-    """What an operation's arguments mean to the metadata: its collective name and the
-    names of its input and output arguments (and of explicit split sizes)."""
+    """What an operation's arguments mean to the metadata and the hooks: its collective name
+    and the names of its input and output arguments (and of explicit split sizes, and of its
+    root or peer rank)."""
 
     def __init__(self, name: str, inputs: Optional[str], outputs: Optional[str],
-                 in_splits: Optional[str] = None, out_splits: Optional[str] = None) -> None:
+                 in_splits: Optional[str] = None, out_splits: Optional[str] = None,
+                 root: Optional[str] = None) -> None:
         self.name = name
         self.inputs, self.outputs = inputs, outputs
         self.in_splits, self.out_splits = in_splits, out_splits
+        self.root = root
 
 
 #: Operations that take no collective sequence number.
@@ -156,9 +164,8 @@ def _end_on_completion(span: Span, result: Any) -> None:
     engine_work.add_done_callback(lambda _error: span.end())
 
 
-def _recorded(spec: Spec, signature: inspect.Signature, fn: Callable[..., Any],
+def _recorded(spec: Spec, call: inspect.BoundArguments, fn: Callable[..., Any],
               args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    call = signature.bind(*args, **kwargs)
     meta = _metadata(spec, call.arguments["pg"], call)
     span = Span(torch.ops.profiler._record_function_enter_new(
         f"rustdist:{meta['Collective name']}", None))
@@ -175,20 +182,56 @@ def _recorded(spec: Spec, signature: inspect.Signature, fn: Callable[..., Any],
     return result
 
 
+def _hooked(spec: Spec, call: inspect.BoundArguments, hooks: _hooks.Hooks,
+            run: Callable[[], Any]) -> Any:
+    """``run()`` (the operation, recorded or not) between the group's pre- and post-hooks."""
+    a = call.arguments
+    op = spec.name if "name" not in a else f"{a['name']}_coalesced"
+    async_op = a.get("async_op", op in ("isend", "irecv"))
+    # An in-place operation's tensors are its inputs alone, as torch's hooks see them.
+    in_place = spec.outputs == spec.inputs
+    op_id = hooks.before(op, async_op, a.get(spec.root) if spec.root else None,
+                         a.get(spec.inputs) if spec.inputs else None,
+                         a.get(spec.outputs) if spec.outputs and not in_place else None)
+    _inside.hooked = True
+    try:
+        result = run()
+    finally:
+        _inside.hooked = False
+    hooks.after(op, async_op, op_id, result)
+    return result
+
+
+def _profiler_on() -> bool:
+    return _autograd_profiler is not None and _autograd_profiler._is_profiler_enabled
+
+
 def profiled(spec: Spec) -> Callable[[_F], _F]:
     """Records the operation ``fn`` (whose first or second argument is the group ``pg``) in
-    the active profiler, as the module says; passes straight through when none is."""
+    the active profiler and fires the group's hooks around it, as the module says; passes
+    straight through when neither is there."""
 
     def wrap(fn: _F) -> _F:
-        if torch is None:
-            return fn
         signature = inspect.signature(fn)
+        at = list(signature.parameters).index("pg")
+        fires = _hooks.fires(spec.name) or spec.name == "coalesced"
 
         @functools.wraps(fn)
         def op(*args: Any, **kwargs: Any) -> Any:
-            if not _autograd_profiler._is_profiler_enabled or getattr(_inside, "on", False):
+            hooks = (args[at] if len(args) > at else kwargs["pg"])._hooks
+            record = _profiler_on() and not getattr(_inside, "on", False)
+            if hooks is None and not record:
                 return fn(*args, **kwargs)
-            return _recorded(spec, signature, fn, args, kwargs)
+            call = signature.bind(*args, **kwargs)
+            if record:
+                def run() -> Any:
+                    return _recorded(spec, call, fn, args, kwargs)
+            else:
+                def run() -> Any:
+                    return fn(*args, **kwargs)
+            if hooks is None or not fires or getattr(_inside, "hooked", False):
+                return run()
+            return _hooked(spec, call, hooks, run)
 
         return op  # type: ignore[return-value]
 

@@ -39,6 +39,7 @@ def new_process_group(store: Any, rank: int, size: int, timeout: Union[timedelta
     _debug.apply_env()
     core = _core.ProcessGroup(store, rank, size, seconds(timeout), group_name)
     pg = ProcessGroup(core, list(global_ranks), backend, world=False, store=store)
+    pg._is_world = world
     _group.made_by_torch.add(pg)
     if world:
         status.publish(store, rank, size, core.status_address)
@@ -150,6 +151,36 @@ else:
         def _get_backend(self, device: Any) -> "ProcessGroup":
             """The backend serving ``device``: this group, for every device."""
             return self
+
+        get_backend = _get_backend  # torch 2.14's public name (``get_backend_impl``)
+
+        # -- what torch 2.14+ asks of a group's backend (ProcessGroup forwards these) ----
+
+        def _get_sequence_number_for_group(self) -> int:
+            """The number of collectives issued on the group (torch's sequence number)."""
+            return self._pg.sequence_number
+
+        def get_group_store(self) -> Any:
+            """The store the group was made on."""
+            return self._store
+
+        def _has_hooks(self) -> bool:
+            """Whether on-completion hooks are registered: rustdist has none."""
+            return False
+
+        @property
+        def use_pg_for_symm_mem_rendezvous(self) -> bool:
+            """Symmetric memory does not rendezvous over rustdist groups (as over gloo's)."""
+            return False
+
+        def _wait_for_pending_works(self) -> None:
+            """torch's NCCL-only call, refused in its words (as gloo refuses it)."""
+            raise RuntimeError("Only ProcessGrouppNCCL supports waitForPendingWorks, but got "
+                               f"{BACKEND_NAME} backend.")
+
+        def new_window(self, tensor: Optional[Tensor] = None) -> Any:
+            """One-sided windows are not supported yet (``supports_window`` is False)."""
+            raise RuntimeError(f"Backend {BACKEND_NAME} does not support new_window")
 
         @property
         def supports_splitting(self) -> bool:

@@ -82,13 +82,22 @@ def torch_store(store: Any, prefix: str) -> Any:
     return StoreAdapter(_core.PrefixStore(prefix, store))
 
 
-def init(store: Any, prefix: str, rank: int, size: int, timeout: timedelta) -> Any:
+def _reconfigurable(fn: Callable[..., Any], enable: bool) -> dict[str, bool]:
+    """``enable_reconfigure`` for torch's ``fn`` where torch takes it (2.14+); a torch without
+    it needs none (rustdist groups can be re-formed either way)."""
+    return {"enable_reconfigure": enable} if enable and "enable_reconfigure" in \
+        inspect.signature(fn).parameters else {}
+
+
+def init(store: Any, prefix: str, rank: int, size: int, timeout: timedelta,
+         enable_reconfigure: bool = False) -> Any:
     """Creates torch's default group, a rustdist group, on ``store`` (keys under ``prefix``);
     returns it."""
     global _world_store
     _world_store = torch_store(store, prefix)
     td.init_process_group(backend=BACKEND_NAME, store=_world_store, rank=rank,
-                          world_size=size, timeout=timeout)
+                          world_size=size, timeout=timeout,
+                          **_reconfigurable(td.init_process_group, enable_reconfigure))
     return td.group.WORLD
 
 
@@ -99,10 +108,10 @@ def default_group() -> Any:
 
 def new_group(ranks: Optional[list[int]], timeout: timedelta, pg_options: Any,
               use_local_synchronization: bool, group_desc: Optional[str],
-              sort_ranks: bool) -> Any:
+              sort_ranks: bool, enable_reconfigure: bool = False) -> Any:
     """torch's ``new_group`` with backend "rustdist": the group, or what torch returns to a
     non-member (``GroupMember.NON_GROUP_MEMBER``, or None with local synchronization)."""
-    extra = {}
+    extra: dict[str, Any] = dict(_reconfigurable(td.new_group, enable_reconfigure))
     if _NEW_GROUP_SORTS:
         extra["sort_ranks"] = sort_ranks
     elif not sort_ranks and ranks is not None and ranks != sorted(ranks):

@@ -232,6 +232,7 @@ def init_process_group(
     group_name: str = "",
     pg_options: Optional[Any] = None,
     device_id: Optional[Any] = None,
+    enable_reconfigure: bool = False,
 ) -> None:
     """Initialize the default distributed process group.
 
@@ -259,6 +260,9 @@ def init_process_group(
         group_name: Ignored (deprecated in torch too).
         pg_options: Ignored (backend options of torch's backends).
         device_id: None or the CPU device; rustdist has no accelerator path yet.
+        enable_reconfigure: Accepted, as torch 2.14 has it: every rustdist group can be
+            re-formed over new peers (``_reconfigure``), and works from its creation on
+            (gloo's refuses collectives until its first reconfigure).
 
     ``TORCH_DISTRIBUTED_DEBUG`` (or ``RUSTDIST_DEBUG``), when set, sets the debug level here
     as well as at import.
@@ -290,7 +294,8 @@ def init_process_group(
     if not 0 <= rank < world_size:
         raise ValueError(f"Invalid rank {rank}: it must be in [0, world_size={world_size})")
     if _torch_world is not None:
-        pg = _torch_world.init(store, store_prefix(_generation), rank, world_size, timeout)
+        pg = _torch_world.init(store, store_prefix(_generation), rank, world_size, timeout,
+                               enable_reconfigure)
         _cache_default(pg)
     else:
         prefixed = _core.PrefixStore(store_prefix(_generation), store)
@@ -506,7 +511,8 @@ def _set_pg_timeout(timeout: timedelta, group: Optional[ProcessGroup] = None) ->
 def new_group(ranks: Optional[list[int]] = None, timeout: Optional[timedelta] = None,
               backend: Optional[str] = None, pg_options: Optional[Any] = None,
               use_local_synchronization: bool = False, group_desc: Optional[str] = None,
-              device_id: Optional[Any] = None, sort_ranks: bool = True) -> Any:
+              device_id: Optional[Any] = None, sort_ranks: bool = True,
+              enable_reconfigure: bool = False) -> Any:
     """Create a new distributed group.
 
     This function requires that all processes in the main group (i.e. all processes that are
@@ -525,6 +531,7 @@ def new_group(ranks: Optional[list[int]] = None, timeout: Optional[timedelta] = 
         group_desc: A string describing the group (logged).
         device_id: None or the CPU device.
         sort_ranks: Order the group ranks by global rank (else as given).
+        enable_reconfigure: Accepted (see ``init_process_group``).
 
     Returns:
         A handle of the group for collectives; ``GroupMember.NON_GROUP_MEMBER`` on ranks that
@@ -561,7 +568,7 @@ def new_group(ranks: Optional[list[int]] = None, timeout: Optional[timedelta] = 
         ranks = list(range(world_size))
     if _torch_world is not None:
         pg = _torch_world.new_group(ranks, timeout, pg_options, use_local_synchronization,
-                                    group_desc, sort_ranks)
+                                    group_desc, sort_ranks, enable_reconfigure)
         if isinstance(pg, ProcessGroup):
             pg._backend = name
         elif pg is not None:

@@ -52,6 +52,13 @@ from ._world import (
 
 # torch's private names that programs (and torch's tests) reach as distributed_c10d.<name>
 from ._world import _abort_process_group, _get_default_store, _set_pg_timeout  # noqa: F401
+from ._fault_tolerance import (  # noqa: F401
+    ReconfigureOptions,
+    _get_reconfigure_handle,
+    _reconfigure,
+    _supports_reconfigure,
+    _supports_window,
+)
 
 
 def _tensor_list(xs: Any, name: str) -> None:

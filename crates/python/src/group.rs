@@ -1,6 +1,7 @@
 //! `_core.ProcessGroup`: tensors arrive as (pointer, element count, dtype code) plus a `keep`
 //! object the engine holds until the Work completes; nothing is copied here.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,12 +21,27 @@ use crate::work::PyWork;
 #[pyclass(module = "rustdist._core", name = "ProcessGroup", frozen, subclass)]
 pub struct PyProcessGroup {
     pg: Arc<ProcessGroup>,
+    /// Whether collective hooks are registered on the group: the fast path then hands its
+    /// calls to Python, which fires them.
+    hooked: AtomicBool,
 }
 
 impl PyProcessGroup {
+    fn wrap(pg: ProcessGroup) -> Self {
+        PyProcessGroup {
+            pg: Arc::new(pg),
+            hooked: AtomicBool::new(false),
+        }
+    }
+
     /// The engine group (the CUDA group stages its host steps on one).
     pub(crate) fn core(&self) -> Arc<ProcessGroup> {
         self.pg.clone()
+    }
+
+    /// Whether collective hooks are registered (the fast path leaves such groups to Python).
+    pub(crate) fn hooked(&self) -> bool {
+        self.hooked.load(Ordering::Relaxed)
     }
 }
 
@@ -119,7 +135,7 @@ impl PyProcessGroup {
             ProcessGroup::new(store, rank, size, &group_name, timeout)
         })
         .map_err(PyDistError)?;
-        Ok(PyProcessGroup { pg: Arc::new(pg) })
+        Ok(PyProcessGroup::wrap(pg))
     }
 
     #[getter]
@@ -418,9 +434,43 @@ impl PyProcessGroup {
         let pg = self.pg.clone();
         let shrunk =
             interrupt::blocking(py, || pg.shrink(&excluded, abort_pending)).map_err(PyDistError)?;
-        Ok(PyProcessGroup {
-            pg: Arc::new(shrunk),
-        })
+        Ok(PyProcessGroup::wrap(shrunk))
+    }
+
+    /// Deletes from `store` (the group's) the keys this rank published while connecting,
+    /// after a barrier (GIL released). Collective.
+    fn forget_rendezvous(&self, py: Python<'_>, store: &Bound<'_, PyAny>) -> PyResult<()> {
+        let store = store_from_py(store)?;
+        let pg = self.pg.clone();
+        interrupt::blocking(py, || pg.forget_rendezvous(&*store)).map_err(PyDistError)?;
+        Ok(())
+    }
+
+    /// Leaves a group a reconfigure replaced: pending and later operations fail with
+    /// `reason`; returns once its worker has finished (GIL released).
+    fn retire(&self, py: Python<'_>, reason: &str) {
+        let pg = self.pg.clone();
+        py.detach(|| pg.retire(reason));
+    }
+
+    /// Waits up to `timeout` seconds (GIL released) for the group to fail: the error that
+    /// failed it, else None (abort hooks wait so).
+    fn wait_failed(&self, py: Python<'_>, timeout: f64) -> PyResult<Option<PyErr>> {
+        let timeout = timeout_from_secs(timeout)?;
+        let pg = self.pg.clone();
+        let failed = py.detach(|| pg.wait_failed(timeout));
+        Ok(failed.map(|e| PyDistError(e).into()))
+    }
+
+    /// Whether collective hooks are registered on the group (set by the Python side; the
+    /// fast path hands a hooked group's calls to Python, which fires them).
+    #[getter(hooked)]
+    fn is_hooked(&self) -> bool {
+        self.hooked()
+    }
+
+    fn set_hooked(&self, hooked: bool) {
+        self.hooked.store(hooked, Ordering::Relaxed);
     }
 
     /// The error that failed the group (an operation's, an abort, a dead peer), or None.

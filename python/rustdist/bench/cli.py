@@ -11,7 +11,7 @@ import time
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 from . import __doc__ as PACKAGE_DOC
-from . import plot, recovery, report, scale, soak, train
+from . import plot, reconfig_rank, recovery, report, scale, soak, train
 from .common import (
     DEEPSPEED_SIZES, DTYPE_BYTES, LABELS, OPS, SIZES, Config, fmt_size, machine, parse_size,
     round_plan, write_json,
@@ -23,6 +23,8 @@ from .selection import format_selection, selection_table
 MASTER_ADDR = "127.0.0.1"
 DEFAULT_WORLDS = {"compare": [2, 4], "deepspeed": [2, 4], "cuda": [1], "soak": [4],
                   "recovery": [2, 3, 4], "train": [2, 4], "scale": [8, 16, 32, 64]}
+#: --recovery through reconfigure: gloo's side runs where its torch processes fit.
+RECONFIGURE_WORLDS = [3, 8, 32]
 SOAK_OPS = 100_000
 MAX_ITERS = 2000
 
@@ -64,9 +66,12 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--soak-ops", type=int, default=SOAK_OPS,
                    help=f"operations of --soak (default: {SOAK_OPS})")
     p.add_argument("--recovery", action="store_true",
-                   help="how long the survivors of a rank that died take to work again through "
-                        "shrink_group, on shared memory and on TCP (with --link: between test "
-                        "hosts)")
+                   help="how long the survivors of a rank that died take to work again: "
+                        "through reconfigure, alone and with a spare joining, beside gloo "
+                        "(worlds 3 8 32); or through shrink_group (--recovery-api), on shared "
+                        "memory and on TCP (with --link: between test hosts)")
+    p.add_argument("--recovery-api", choices=["reconfigure", "shrink_group"],
+                   default="reconfigure", help="what --recovery times (default: reconfigure)")
     p.add_argument("--recovery-rounds", type=int, default=5,
                    help="worlds started per world size and links with --recovery (default: 5)")
     p.add_argument("--link", metavar="RATE",
@@ -124,7 +129,12 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
         args.ops, args.dtypes = args.ops or list(OPS), ["float32"]
     # The dtypes DeepSpeed's op runs here: vs_deepspeed.run finds them out.
     args.deepspeed_dtypes = []
-    args.world = args.world or DEFAULT_WORLDS[args.mode]
+    if args.recovery and args.recovery_api == "reconfigure" and args.link:
+        p.error("--recovery through reconfigure runs on one host: --link goes with "
+                "--recovery-api shrink_group")
+    args.world = args.world or (RECONFIGURE_WORLDS if args.mode == "recovery"
+                                and args.recovery_api == "reconfigure"
+                                else DEFAULT_WORLDS[args.mode])
     if args.mode != "cuda" and not args.show_selection and min(args.world) < 2:
         p.error("world sizes start at 2 (1 only with --device cuda)")
     if args.soak_ops < 1:
@@ -289,9 +299,54 @@ def soak_run(args: argparse.Namespace, mach: dict[str, Any]) -> int:
     return 1 if failed else 0
 
 
+def reconfigure_recovery_run(args: argparse.Namespace, mach: dict[str, Any]) -> int:
+    """The reconfigure rounds of rustdist and gloo at every world size, both scenarios:
+    prints the table, writes the JSON; 1 when rustdist recovered later than gloo anywhere."""
+    print(f"recovery through reconfigure, rustdist (numpy processes) beside gloo (torch "
+          f"{mach['torch']}) | rustdist {mach['rustdist']} | {mach['cpu']} | "
+          f"{mach['usable_cores']}/{mach['cores']} cores | {args.recovery_rounds} rounds per "
+          "cell; ms from a rank's death, slowest member, median (min-max)")
+    cells = [(sc, w) for sc in recovery.SCENARIOS for w in args.world]
+    progress = Progress(2 * len(cells) * args.recovery_rounds)
+    progress.print(recovery.RECONFIGURE_HEADER)
+    results, behind = [], []
+    for scenario, world in cells:
+        sides: dict[str, Any] = {}
+        for side in ("rustdist", "gloo"):
+            if side == "gloo" and not recovery.gloo_fits(world):
+                progress.update(progress.done + args.recovery_rounds,
+                                f"gloo world {world}: no room")
+                continue
+            rounds = []
+            for _ in range(args.recovery_rounds):
+                try:
+                    rounds.append(recovery.reconfigure_round(side, world, scenario))
+                except RuntimeError as e:
+                    progress.close()
+                    sys.exit(f"bench failed: {e}")
+                progress.advance(label=f"{side}, {scenario}, world {world}")
+            sides[side] = {"rounds": rounds, **recovery.reconfigure_summary(rounds)}
+        progress.print(recovery.reconfigure_row(scenario, world, sides["rustdist"],
+                                                sides.get("gloo")))
+        if "gloo" in sides and (sides["rustdist"]["recovered"]["median"]
+                                > sides["gloo"]["recovered"]["median"]):
+            behind.append(f"{scenario} world {world}")
+        results.append({"scenario": scenario, "world": world, **sides})
+    progress.close()
+    write_json(args.json, {"machine": mach, "mode": "recovery", "api": "reconfigure",
+                           "config": {"worlds": args.world, "rounds": args.recovery_rounds,
+                                      "blocked_elements": reconfig_rank.BLOCKED_ELEMENTS},
+                           "recovery": results})
+    if behind:
+        print(f"rustdist recovered later than gloo (median): {', '.join(behind)}")
+    return 1 if behind else 0
+
+
 def recovery_run(args: argparse.Namespace, mach: dict[str, Any]) -> int:
     """The recovery rounds at every world size, on shared memory and on TCP (with --link: on
     test hosts): prints the table, writes the JSON."""
+    if args.recovery_api == "reconfigure":
+        return reconfigure_recovery_run(args, mach)
     links = ([f"test hosts, {_link_words(args)}"] if args.link
              else ["shared memory", "TCP (RUSTDIST_SHM=0)"])
     print(f"recovery through shrink_group | rustdist {mach['rustdist']} | {mach['cpu']} | "

@@ -187,14 +187,14 @@ def run_world(cfg: Config, on_event: Callable[[dict[str, Any]], None],
                     on_poll()
                 time.sleep(0.05)
         finally:
-            _stop(handles)
+            stop(handles)
         codes = [h.poll() for h in handles]
         if any(codes):
             raise RuntimeError(f"world {cfg.world}: ranks exited with {codes}")
         return events
 
 
-def _stop(handles: list[Any]) -> None:
+def stop(handles: list[Any]) -> None:
     """Stops the handles still running: terminate, then kill."""
     for h in handles:
         if h.poll() is None:

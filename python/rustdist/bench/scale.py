@@ -48,7 +48,7 @@ import time
 from typing import Any, Iterator, Optional
 
 from . import plot, scale_model, scale_rank
-from .launch import FAIL_GRACE_S, Follower, Launcher, _stop, free_port, start_ranks
+from .launch import FAIL_GRACE_S, Follower, Launcher, free_port, start_ranks, stop
 from .progress import Progress
 
 MASTER_ADDR = "127.0.0.1"
@@ -324,7 +324,7 @@ class World:
             try:
                 self._follow(handles, follower, run_dir, timeout)
             finally:
-                _stop(handles)
+                stop(handles)
             if self.status != "ok":
                 if not self.error[1:]:
                     self.error += error_lines(run_dir, list(range(world)))

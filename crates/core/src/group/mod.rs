@@ -411,6 +411,30 @@ impl ProcessGroup {
         self.shared.cancel.check().err()
     }
 
+    /// Waits up to `timeout` for the group to fail; the error that failed it, else None.
+    pub fn wait_failed(&self, timeout: Duration) -> Option<Error> {
+        self.shared.cancel.wait_raised(timeout)
+    }
+
+    /// Deletes from `store` (the one the group was made on) the keys this rank published
+    /// while connecting, once every member has connected (a barrier first): a group made and
+    /// remade many times (reconfigures) leaves the store as it found it. Collective.
+    pub fn forget_rendezvous(&self, store: &dyn Store) -> Result<()> {
+        self.barrier(Run::Sync)?;
+        for key in crate::transport::mesh::published_keys(&self.name, self.rank, self.size) {
+            store.delete_key(&key)?;
+        }
+        Ok(())
+    }
+
+    /// Leaves a group that another has replaced (a reconfigure): its pending and later
+    /// operations fail with `reason`, then it shuts down as [`ProcessGroup::shutdown`] does.
+    /// Bounded: nothing queued runs any more.
+    pub fn retire(&self, reason: &str) {
+        self.shared.cancel.raise(Error::Runtime(reason.to_string()));
+        self.shutdown();
+    }
+
     /// Fails the operation in progress (at its next poll, within milliseconds) and all queued
     /// work, and tells the peers.
     pub fn abort(&self) {

@@ -124,7 +124,8 @@ pub(super) fn rustdist_group<'py>(
     Ok(engine_group(st, &pg)?.map(|core| (pg, core)))
 }
 
-/// The engine group of `pg` when it is a rustdist group (exactly: subclasses go to Python).
+/// The engine group of `pg` when it is a rustdist group (exactly: subclasses go to Python)
+/// with no collective hooks registered.
 pub(super) fn engine_group<'py>(
     st: &State,
     pg: &Bound<'py, PyAny>,
@@ -133,10 +134,11 @@ pub(super) fn engine_group<'py>(
     if !pg.get_type().is(st.group_class.bind(py)) {
         return Ok(None);
     }
-    Ok(Some(
-        pg.getattr(intern!(py, "_pg"))?
-            .cast_into::<PyProcessGroup>()?,
-    ))
+    let core = pg
+        .getattr(intern!(py, "_pg"))?
+        .cast_into::<PyProcessGroup>()?;
+    // A group with collective hooks: Python fires them around the call.
+    Ok((!core.get().hooked()).then_some(core))
 }
 
 /// Whether TORCH_DISTRIBUTED_DEBUG=DETAIL's checks are off and no profiler records (both

@@ -73,6 +73,24 @@ fn eager_connect() -> Result<bool> {
     }
 }
 
+/// The store keys rank `rank` of a `size`-rank group may have published under `prefix` while
+/// connecting (its address, its shared-memory segment and verdict, its link bandwidth; the last
+/// rank the agreed latency, rank 0 the agreed bandwidth). Nothing reads them once every rank
+/// has connected: deleting them then forgets the rendezvous.
+pub fn published_keys(prefix: &str, rank: usize, size: usize) -> Vec<String> {
+    let mut keys: Vec<String> = ["addr", "shm", "shm_mapped", "link_bandwidth"]
+        .iter()
+        .map(|what| format!("{prefix}/{what}/{rank}"))
+        .collect();
+    if rank + 1 == size {
+        keys.push(format!("{prefix}/link_latency_ns"));
+    }
+    if rank == 0 {
+        keys.push(format!("{prefix}/link_bandwidth"));
+    }
+    keys
+}
+
 impl MeshTransport {
     /// The links' one-way latency measured at connect, the same on every rank (None alone).
     pub fn latency(&self) -> Option<Duration> {

@@ -1,0 +1,435 @@
+"""Cases for tests/test_reconfigure.py: torch 2.14's reconfigure API (``_supports_reconfigure``,
+``_get_reconfigure_handle``, ``_reconfigure``), ``abort``, ``get_error`` and the abort and
+collective hooks, on a fresh group per case.
+
+The ``ft_*`` cases are the cases of torch's ``test/distributed/test_c10d_fault_tolerance.py``
+(its ``AbstractFaultToleranceTest``, world 3), one for one, with the same scenario and the same
+assertions; torch ships that file in no wheel, so they are written here again. In torch mode
+with backend gloo they run on gloo (which validates them), else on rustdist through the
+harness's front door. Each case makes its group on a FileStore of its own (``store_path``,
+given by the driver) and destroys it at the end."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from datetime import timedelta
+from typing import Any, Callable
+
+import torch
+
+from dist_cases import check
+from harness import BACKEND, ctx
+
+TIMEOUT = timedelta(seconds=30)
+
+
+def _error_type() -> Any:
+    """torch's ErrorType (torch 2.14+), else rustdist's copy of it (same names)."""
+    try:
+        from torch._C._distributed_c10d import ErrorType
+    except ImportError:
+        from rustdist._errors import ErrorType
+    return ErrorType
+
+
+class _Case:
+    """torch's test's fixture: the store, the default group and its backend object."""
+
+    def __init__(self, dist: Any, rank: int, world: int, store_path: str) -> None:
+        self.dist, self.rank, self.world_size = dist, rank, world
+        self.store = dist.FileStore(store_path, world)
+        dist.init_process_group(BACKEND, world_size=world, rank=rank, store=self.store,
+                                timeout=TIMEOUT, enable_reconfigure=True)
+        self.pg = dist.group.WORLD
+        self.backend = self.pg._get_backend(torch.device("cpu"))
+        assert dist._supports_reconfigure() is True
+        assert self.backend.supports_reconfigure is True
+
+    def collect_handles(self, prefix: str) -> list[str]:
+        handle = self.dist._get_reconfigure_handle()
+        self.store.set(f"{prefix}_{self.rank}", handle)
+        return [self.store.get(f"{prefix}_{r}").decode() for r in range(self.world_size)]
+
+    def store_barrier(self, prefix: str) -> None:
+        self.store.set(f"{prefix}_{self.rank}", "1")
+        for r in range(self.world_size):
+            self.store.get(f"{prefix}_{r}")
+
+    def reconfigure(self, uuid: int, handles: Any) -> None:
+        self.dist._reconfigure(uuid, handles, timeout=TIMEOUT).wait()
+
+    def reconfigured(self, name: str, uuid: int) -> list[str]:
+        self.reconfigure(uuid, self.collect_handles(f"{name}_init"))
+        assert self.dist.get_world_size() == self.world_size
+        assert self.dist.get_rank() == self.rank
+        return self.collect_handles(f"{name}_post")
+
+    def all_reduce_sum(self, expected: float) -> None:
+        t = torch.full((4,), self.dist.get_rank() + 1.0)
+        self.dist.all_reduce(t)
+        check(t, torch.full((4,), expected), "all_reduce on the reconfigured group")
+
+
+def _run(dist: Any, rank: int, world: int, store_path: str,
+         body: Callable[[_Case], Any]) -> Any:
+    """``body`` on a fresh reconfigurable default group, destroyed afterwards (torch's
+    tearDown)."""
+    case = _Case(dist, rank, world, store_path)
+    try:
+        return body(case)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _total(n: int) -> float:
+    return float(sum(range(1, n + 1)))
+
+
+def case_ft_reconfigure_basic(dist: Any, rank: int, world: int, store_path: str) -> None:
+    _run(dist, rank, world, store_path, lambda c: c.reconfigured("ft_basic", 100))
+
+
+def case_ft_reconfigure_then_all_reduce(dist: Any, rank: int, world: int,
+                                        store_path: str) -> None:
+    def body(c: _Case) -> None:
+        c.reconfigured("ft_all_reduce", 200)
+        c.all_reduce_sum(_total(world))
+
+    _run(dist, rank, world, store_path, body)
+
+
+def case_ft_reconfigure_then_send_recv(dist: Any, rank: int, world: int,
+                                       store_path: str) -> None:
+    def body(c: _Case) -> None:
+        c.reconfigured("ft_send_recv", 300)
+        me = dist.get_rank()
+        to, frm = (me + 1) % world, (me - 1 + world) % world
+        out, into = torch.full((4,), me + 1.0), torch.zeros(4)
+        if me % 2 == 0:
+            works = [c.backend.send([out], to, 0), c.backend.recv([into], frm, 0)]
+        else:
+            works = [c.backend.recv([into], frm, 0), c.backend.send([out], to, 0)]
+        for w in works:
+            w.wait()
+        check(into, torch.full((4,), frm + 1.0), "recv after the reconfigure")
+
+    _run(dist, rank, world, store_path, body)
+
+
+def case_ft_shrink_exclude_last_rank(dist: Any, rank: int, world: int,
+                                     store_path: str) -> None:
+    def body(c: _Case) -> None:
+        handles = c.reconfigured("ft_shrink_last", 400)
+        last = world - 1
+        if rank != last:
+            c.reconfigure(401, handles[:last])
+            assert (dist.get_world_size(), dist.get_rank()) == (world - 1, rank)
+            c.all_reduce_sum(_total(world - 1))
+            t = torch.full((4,), 42.0) if dist.get_rank() == 0 else torch.zeros(4)
+            dist.broadcast(t, group_src=0)
+            check(t, torch.full((4,), 42.0), "broadcast on the shrunk group")
+        c.store_barrier("ft_shrink_last_done")
+
+    _run(dist, rank, world, store_path, body)
+
+
+def case_ft_shrink_exclude_middle_rank(dist: Any, rank: int, world: int,
+                                       store_path: str) -> None:
+    def body(c: _Case) -> None:
+        handles = c.reconfigured("ft_shrink_middle", 500)
+        middle = world // 2
+        if rank != middle:
+            c.reconfigure(501, [h for r, h in enumerate(handles) if r != middle])
+            assert dist.get_world_size() == world - 1
+            assert dist.get_rank() == (rank if rank < middle else rank - 1)
+            c.all_reduce_sum(_total(world - 1))
+        c.store_barrier("ft_shrink_middle_done")
+
+    _run(dist, rank, world, store_path, body)
+
+
+def case_ft_reconfigure_scale_down_up(dist: Any, rank: int, world: int,
+                                      store_path: str) -> None:
+    def body(c: _Case) -> None:
+        c.reconfigure(600 + rank, [dist._get_reconfigure_handle()])
+        assert (dist.get_world_size(), dist.get_rank()) == (1, 0)
+        c.reconfigure(603, c.collect_handles("ft_scale_down_up"))
+        assert (dist.get_world_size(), dist.get_rank()) == (world, rank)
+        c.reconfigure(604 + rank, [dist._get_reconfigure_handle()])
+        assert (dist.get_world_size(), dist.get_rank()) == (1, 0)
+        c.store_barrier("ft_scale_down_up_done")
+
+    _run(dist, rank, world, store_path, body)
+
+
+def case_ft_reconfigure_single_to_all(dist: Any, rank: int, world: int,
+                                      store_path: str) -> None:
+    def body(c: _Case) -> None:
+        c.reconfigure(700 + rank, [dist._get_reconfigure_handle()])
+        c.reconfigure(703, c.collect_handles("ft_single_to_all"))
+        c.all_reduce_sum(_total(world))
+
+    _run(dist, rank, world, store_path, body)
+
+
+def case_ft_reconfigure_identity(dist: Any, rank: int, world: int, store_path: str) -> None:
+    def body(c: _Case) -> None:
+        c.reconfigured("ft_identity", 800)
+        c.reconfigure(801, c.collect_handles("ft_identity_again"))
+        c.all_reduce_sum(_total(world))
+
+    _run(dist, rank, world, store_path, body)
+
+
+def case_ft_reconfigure_late_join(dist: Any, rank: int, world: int, store_path: str) -> None:
+    def body(c: _Case) -> None:
+        handles = c.collect_handles("ft_late_join_initial")
+        first = world // 2
+        if rank < first:
+            c.reconfigure(900, handles[:first])
+        c.reconfigure(901, c.collect_handles("ft_late_join_all"))
+        c.all_reduce_sum(_total(world))
+
+    _run(dist, rank, world, store_path, body)
+
+
+def case_ft_reconfigure_merge_split(dist: Any, rank: int, world: int, store_path: str) -> None:
+    def body(c: _Case) -> None:
+        handles = c.collect_handles("ft_merge_split_initial")
+        split = world // 2
+        if rank < split:
+            c.reconfigure(1000, handles[:split])
+        else:
+            c.reconfigure(1001, handles[split:])
+        c.reconfigure(1002, c.collect_handles("ft_merge_split_all"))
+        c.all_reduce_sum(_total(world))
+
+    _run(dist, rank, world, store_path, body)
+
+
+def case_ft_reconfigure_after_abort(dist: Any, rank: int, world: int, store_path: str) -> None:
+    def body(c: _Case) -> None:
+        ErrorType = _error_type()  # noqa: N806 - torch's name
+        c.reconfigured("ft_abort", 1200)
+        c.backend.abort()
+        assert c.backend.get_error() == ErrorType.SUCCESS, c.backend.get_error()
+        c.reconfigure(1201, c.collect_handles("ft_abort_recover"))
+        c.all_reduce_sum(_total(world))
+
+    _run(dist, rank, world, store_path, body)
+
+
+def case_ft_reconfigure_after_timeout(dist: Any, rank: int, world: int,
+                                      store_path: str) -> None:
+    """torch runs this one on nccl2 only (a timeout revokes the communicator); rustdist does
+    it too: the timed-out group calls its abort hooks, reports TIMEOUT, refuses collectives
+    with "timed out", and a reconfigure recovers it."""
+    def body(c: _Case) -> None:
+        ErrorType = _error_type()  # noqa: N806 - torch's name
+        c.reconfigured("ft_timeout", 1300)
+        c.all_reduce_sum(_total(world))
+        c.backend.set_timeout(timedelta(seconds=2))
+        revoked = threading.Event()
+        c.backend.register_abort_hook(0, revoked.set)
+        if rank != 0:
+            work = dist.all_reduce(torch.ones(4), async_op=True)
+            assert revoked.wait(10), "the group was not revoked after the operation timed out"
+            assert c.backend.get_error() == ErrorType.TIMEOUT, c.backend.get_error()
+            try:
+                dist.all_reduce(torch.ones(4), async_op=True)
+            except RuntimeError as e:
+                assert "timed out" in str(e).lower(), e
+            else:
+                raise AssertionError("an all_reduce on the timed-out group was accepted")
+            del work
+        c.backend.unregister_abort_hook(0)
+        c.backend.set_timeout(timedelta(seconds=30))
+        c.store_barrier("ft_timeout_observed")
+        c.reconfigure(1301, c.collect_handles("ft_timeout_recover"))
+        c.all_reduce_sum(_total(world))
+
+    _run(dist, rank, world, store_path, body)
+
+
+def case_ft_reconfigure_rejects_reused_uuid(dist: Any, rank: int, world: int,
+                                            store_path: str) -> None:
+    def body(c: _Case) -> None:
+        uuid = 1100 + rank
+        c.reconfigure(uuid, [dist._get_reconfigure_handle()])
+        try:
+            c.reconfigure(uuid, [dist._get_reconfigure_handle()])
+        except RuntimeError as e:
+            assert "already used" in str(e), e
+        else:
+            raise AssertionError(f"uuid {uuid} was accepted twice")
+
+    _run(dist, rank, world, store_path, body)
+
+
+# ---------------------------------------------------------------------------------------------
+# What torch's file leaves out
+
+
+def case_hook_counts(dist: Any, rank: int, world: int, store_path: str) -> dict[str, Any]:
+    """Pre- and post-hooks on the default group around three all_reduces, an async one, a
+    barrier, a broadcast, an all_gather_into_tensor and (world > 1) an isend/irecv ring: each
+    fires once
+    per operation, pre and post paired by op_id; after unregistering, none fires. Returns
+    what the hooks saw (names, async flags, roots, tensor counts)."""
+    seen: list[tuple[Any, ...]] = []
+
+    def body(c: _Case) -> dict[str, Any]:
+        if hasattr(dist, "_reconfigure"):
+            c.reconfigure(1, c.collect_handles("hooks"))  # gloo runs nothing before it
+        pg = dist.group.WORLD
+        pg.register_pre_hook(7, lambda a: seen.append(
+            ("pre", a.name.name, a.async_op, a.root,
+             a.op_id, len(a.input_tensors), len(a.output_tensors))))
+        pg.register_post_hook(7, lambda a: seen.append(
+            ("post", a.name.name, a.async_op, a.op_id)))
+        t = torch.ones(8)
+        for _ in range(3):
+            dist.all_reduce(t)
+        dist.all_reduce(t, async_op=True).wait()
+        dist.barrier()
+        dist.broadcast(t, group_src=world - 1)
+        out = torch.empty(8 * world)
+        dist.all_gather_into_tensor(out, t)
+        if world > 1:  # gloo cannot send to itself
+            nxt, prv = (rank + 1) % world, (rank - 1) % world
+            box = torch.empty(8)
+            for w in [dist.isend(t, dst=nxt), dist.irecv(box, src=prv)]:
+                w.wait()
+        pg.unregister_pre_hook(7)
+        pg.unregister_post_hook(7)
+        before = len(seen)
+        dist.all_reduce(t)
+        return {"seen": seen, "after_unregister": len(seen) - before}
+
+    return _run(dist, rank, world, store_path, body)
+
+
+def case_abort_hook_on_peer_death(dist: Any, rank: int, world: int, store_path: str,
+                                  victim: int) -> dict[str, Any]:
+    """Survivors register an abort hook, block in an all_reduce and see `victim` die: the hook
+    runs once, ``get_error`` says REMOTE_ERROR, and a reconfigure over the survivors' handles
+    recovers the group. Returns the hook's call count and the error type."""
+    def body(c: _Case) -> dict[str, Any]:
+        c.reconfigured("death", 1)
+        calls: list[float] = []
+        fired = threading.Event()
+
+        def hook() -> None:
+            calls.append(time.monotonic())
+            fired.set()
+
+        c.backend.register_abort_hook(3, hook)
+        handles = c.collect_handles("death_handles")
+        ctx.notify("entering")
+        try:
+            dist.all_reduce(torch.ones(1 << 20))
+        except RuntimeError:
+            pass
+        else:
+            raise AssertionError("the all_reduce returned although a rank died")
+        assert fired.wait(10), "the abort hook did not run"
+        error = str(c.backend.get_error())
+        survivors = [h for r, h in enumerate(handles) if r != victim]
+        c.reconfigure(2, survivors)
+        c.all_reduce_sum(_total(world - 1))
+        return {"calls": len(calls), "error": error}
+
+    case = _Case(dist, rank, world, store_path)
+    if rank == victim:
+        case.reconfigured("death", 1)
+        case.collect_handles("death_handles")
+        ctx.notify("entering")
+        ctx.state["case"] = case
+        return {}
+    try:
+        return body(case)
+    finally:
+        dist.destroy_process_group()
+
+
+def _resources(dist: Any, store: Any) -> dict[str, int]:
+    """What a leak would raise: this process's threads and fds, rustdist's shared memory
+    segments, the store's keys."""
+    shm = [n for n in os.listdir("/dev/shm") if "rustdist" in n]
+    return {"threads": len(os.listdir("/proc/self/task")), "fds": len(os.listdir("/proc/self/fd")),
+            "shm": len(shm), "keys": store.num_keys()}
+
+
+def case_shrink_grow_cycles(dist: Any, rank: int, world: int, store_path: str,
+                            cycles: int) -> list[dict[str, int]]:
+    """`cycles` times: the last rank leaves (the others reconfigure without it), then joins
+    again (all reconfigure), each time an all_reduce checked on the new group. Returns the
+    resources after the first cycle and after the last (a barrier before each count)."""
+    def body(c: _Case) -> list[dict[str, int]]:
+        handles = c.collect_handles("cycles")
+        counts = []
+        for i in range(cycles):
+            if rank < world - 1:
+                c.reconfigure(10 + 2 * i, handles[:-1])
+                c.all_reduce_sum(_total(world - 1))
+            c.reconfigure(11 + 2 * i, handles)
+            c.all_reduce_sum(_total(world))
+            if i in (0, cycles - 1):
+                dist.barrier()
+                counts.append(_resources(dist, c.store))
+                if os.environ.get("RUSTDIST_DEBUG_KEYS") and rank == 0:
+                    print(i, sorted(c.store.list_keys()), flush=True)
+                dist.barrier()
+        return counts
+
+    return _run(dist, rank, world, store_path, body)
+
+
+def case_replacement(dist: Any, rank: int, world: int, port: int,
+                     victim: int) -> dict[str, Any]:
+    """Ranks 0..world-2 form a group on a TCPStore (rank 0 serves it) and block in an
+    all_reduce; the driver kills or freezes `victim`. The last rank is a process that was in
+    no group: once the survivors ask for it, it inits alone (world 1, on the job's store) and
+    the survivors and it reconfigure over their handles into a group of the old size, the
+    newcomer last. Every kind of operation is then checked on it. Returns the survivors'
+    error and each member's new rank and size."""
+    from shrink_cases import _check_group
+
+    size, spare = world - 1, world - 1
+    survivors = [r for r in range(size) if r != victim]
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], port, None, rank == 0, timeout=TIMEOUT,
+                          wait_for_workers=False)
+    ctx.state["store"] = store  # rank 0's serves the job until the world ends
+    error = ""
+    if rank == spare:
+        store.wait(["replace/needed"], 3 * TIMEOUT)  # past the survivors' group timeout
+        dist.init_process_group(BACKEND, world_size=1, rank=0, store=store, timeout=TIMEOUT,
+                                enable_reconfigure=True)
+    else:
+        dist.init_process_group(BACKEND, world_size=size, rank=rank, store=store,
+                                timeout=TIMEOUT, enable_reconfigure=True)
+        dist.all_reduce(torch.ones(4))
+        ctx.notify("entering")
+        try:
+            dist.all_reduce(torch.ones(1 << 20))
+        except RuntimeError as e:
+            error = str(e)
+        else:
+            raise AssertionError(f"rank {rank}: the all_reduce returned although rank "
+                                 f"{victim} died")
+        store.set("replace/needed", "1")
+    store.set(f"replace/{rank}", dist._get_reconfigure_handle())
+    handles = [store.get(f"replace/{r}").decode() for r in [*survivors, spare]]
+    dist._reconfigure(1, handles, timeout=TIMEOUT).wait()
+    try:
+        got = {"error": error, "rank": dist.get_rank(), "size": dist.get_world_size()}
+        _check_group(dist)
+        objects = [None] * size
+        dist.all_gather_object(objects, {"from": rank})
+        assert [o["from"] for o in objects] == [*survivors, spare], objects
+        return got
+    finally:
+        dist.destroy_process_group()
