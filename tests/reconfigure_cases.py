@@ -88,6 +88,52 @@ def _total(n: int) -> float:
     return float(sum(range(1, n + 1)))
 
 
+def case_made_before(dist: Any, rank: int, world: int, store_path: str,
+                     dump_prefix: str) -> None:
+    """A group made before the default group is reconfigured refuses work afterwards, saying
+    so; the flight recorder's dump has the re-formed group with its members and the uuid."""
+    import pickle
+
+    from rustdist import flight_recorder
+
+    def body(c: _Case) -> None:
+        sub = dist.new_group([0, 1])
+        c.reconfigured("made_before", 7)
+        if rank in (0, 1):
+            try:
+                dist.all_reduce(torch.ones(2), group=sub)
+            except RuntimeError as e:
+                assert "reconfigured" in str(e) and "new_group" in str(e), e
+            else:
+                raise AssertionError("a group made before the reconfigure still ran")
+        with open(flight_recorder.dump(dump_prefix), "rb") as f:
+            groups = pickle.load(f)["pg_config"].values()
+        assert any("reconfigure uuid 7" in g["desc"] and g["ranks"] == str(list(range(world)))
+                   for g in groups), list(groups)
+
+    _run(dist, rank, world, store_path, body)
+
+
+def case_support_queries(dist: Any, rank: int, world: int) -> dict[str, Any]:
+    """What the default group (the shared world's) answers to torch 2.14's support queries
+    and error state, on any torch: each query's answer, or the error it raised."""
+    pg = dist.group.WORLD
+    backend = pg._get_backend(torch.device("cpu"))
+    got: dict[str, Any] = {}
+    for name in ("supports_reconfigure", "supports_window", "supports_abort_hooks",
+                 "supports_completion_hooks"):
+        for who, obj in (("group", pg), ("backend", backend)):
+            try:
+                got[f"{who}.{name}"] = getattr(obj, name)
+            except Exception as e:  # noqa: BLE001 - the answer is what the test checks
+                got[f"{who}.{name}"] = f"raised {type(e).__name__}: {e}"
+    try:
+        got["get_error"] = str(backend.get_error()).rsplit(".", 1)[-1]
+    except Exception as e:  # noqa: BLE001
+        got["get_error"] = f"raised {type(e).__name__}: {e}"
+    return got
+
+
 def case_ft_reconfigure_basic(dist: Any, rank: int, world: int, store_path: str) -> None:
     _run(dist, rank, world, store_path, lambda c: c.reconfigured("ft_basic", 100))
 
@@ -430,6 +476,51 @@ def case_replacement(dist: Any, rank: int, world: int, port: int,
         objects = [None] * size
         dist.all_gather_object(objects, {"from": rank})
         assert [o["from"] for o in objects] == [*survivors, spare], objects
+        if dist.get_rank() == 0:
+            _check_status(f"{os.environ['MASTER_ADDR']}:{port}", size)
+        dist.barrier()
         return got
+    finally:
+        dist.destroy_process_group()
+
+
+def _check_status(address: str, size: int) -> None:
+    """``python -m rustdist.status`` (its ``query``) sees the re-formed world: `size` ranks,
+    each answering, each in a group of ranks 0..size-1 that says reconfigure uuid 1 made it."""
+    from rustdist import status
+
+    ranks = status.query(address, timeout=5.0)
+    assert len(ranks) == size, ranks
+    for r in ranks:
+        assert r["alive"], r
+        assert any(g["ranks"] == list(range(size)) and "reconfigure uuid 1" in g["desc"]
+                   for g in r["groups"]), r["groups"]
+
+
+def case_stranger(dist: Any, rank: int, world: int, store_path: str) -> dict[str, Any]:
+    """The ranks share one store, each in a group of its own; rank 2 has another
+    RUSTDIST_AUTH_KEY than the others. Named in the others' handles it gets in nowhere: the
+    reconfigure over all three fails on every rank; ranks 0 and 1 then re-form without it.
+    Returns each rank's error from the refused reconfigure."""
+    os.environ["RUSTDIST_AUTH_KEY"] = "stranger-key" if rank == 2 else \
+        os.environ.get("RUSTDIST_AUTH_KEY", "the-job-key")
+    store = dist.FileStore(store_path, world)
+    dist.init_process_group(BACKEND, world_size=1, rank=0, store=store, timeout=TIMEOUT,
+                            enable_reconfigure=True)
+    try:
+        store.set(f"stranger/{rank}", dist._get_reconfigure_handle())
+        handles = [store.get(f"stranger/{r}").decode() for r in range(world)]
+        try:
+            dist._reconfigure(1, handles, timeout=timedelta(seconds=10)).wait()
+        except RuntimeError as e:
+            error = str(e)
+        else:
+            raise AssertionError(f"rank {rank}: a process with another key was let in")
+        if rank < 2:
+            dist._reconfigure(2, handles[:2], timeout=TIMEOUT).wait()
+            t = torch.full((4,), rank + 1.0)
+            dist.all_reduce(t)
+            check(t, torch.full((4,), 3.0), "all_reduce without the stranger")
+        return {"error": error}
     finally:
         dist.destroy_process_group()

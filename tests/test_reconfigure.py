@@ -27,12 +27,16 @@ from harness import BACKEND, HOSTS_SPEC, IS_TORCH, World, free_port, parse_hosts
 #: torch has the reconfigure API from 2.14 on: the torch door (and gloo) need it there.
 TORCH_HAS_RECONFIGURE = hasattr(torch.distributed, "_reconfigure")
 
-pytestmark = [
-    pytest.mark.timeout(180),
-    pytest.mark.skipif(IS_TORCH and not TORCH_HAS_RECONFIGURE,
-                       reason=f"torch {torch.__version__} has no reconfigure API (2.14+): "
-                       "rustdist's own functions run it on the import-swap door"),
-]
+pytestmark = pytest.mark.timeout(180)
+#: The tests that call torch's functions of the API (the torch door, or gloo).
+needs_torch_api = pytest.mark.skipif(
+    IS_TORCH and not TORCH_HAS_RECONFIGURE,
+    reason=f"torch {torch.__version__} has no reconfigure API (2.14+): rustdist's own "
+    "functions run it on the import-swap door")
+
+
+def _not_on_gloo(reason: str) -> pytest.MarkDecorator:
+    return pytest.mark.skipif(IS_TORCH and BACKEND == "gloo", reason=f"gloo: {reason}")
 
 #: torch's cases, in its file's order.
 FT_CASES = ["reconfigure_basic", "reconfigure_then_all_reduce", "reconfigure_then_send_recv",
@@ -55,6 +59,7 @@ def _store_path() -> str:
     return path
 
 
+@needs_torch_api
 @pytest.mark.parametrize("case", FT_CASES)
 def test_torch_fault_tolerance_case(bare_world: Callable[[int], World], case: str) -> None:
     """torch's case `case` at world 3, as its gloo class runs it; torch runs
@@ -69,6 +74,7 @@ def _names(seen: list[tuple[Any, ...]], kind: str) -> list[str]:
     return [s[1] for s in seen if s[0] == kind]
 
 
+@needs_torch_api
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
 def test_collective_hooks_fire_once_per_operation(bare_world: Callable[[int], World],
                                                   world: int) -> None:
@@ -94,8 +100,8 @@ def test_collective_hooks_fire_once_per_operation(bare_world: Callable[[int], Wo
         assert got["after_unregister"] == 0, f"rank {rank}: hooks fired after unregistering"
 
 
-@pytest.mark.skipif(IS_TORCH and BACKEND == "gloo",
-                    reason="gloo has no abort hooks (supports_abort_hooks is False)")
+@needs_torch_api
+@_not_on_gloo("no abort hooks (supports_abort_hooks is False)")
 def test_abort_hook_runs_once_when_a_peer_dies(short_world: Callable[..., World]) -> None:
     """World 3; rank 1 dies while the others are in an all_reduce: their abort hook runs once,
     ``get_error`` says REMOTE_ERROR, and the two reconfigure over their handles and reduce
@@ -115,9 +121,9 @@ def test_abort_hook_runs_once_when_a_peer_dies(short_world: Callable[..., World]
 CYCLES = int(os.environ.get("RUSTDIST_TEST_CYCLES", "50"))
 
 
-@pytest.mark.skipif(IS_TORCH and BACKEND == "gloo",
-                    reason="gloo's handles change at every reconfigure; the cycles reuse "
-                    "rustdist's, which stay the same")
+@needs_torch_api
+@_not_on_gloo("its handles change at every reconfigure; the cycles reuse rustdist's, which "
+              "stay the same")
 def test_shrink_grow_cycles_leak_nothing(bare_world: Callable[[int], World]) -> None:
     """World 4: the last rank leaves and joins again, CYCLES times, an all_reduce checked each
     time: threads, fds, rustdist's shared memory and the store's keys are where they were
@@ -128,9 +134,9 @@ def test_shrink_grow_cycles_leak_nothing(bare_world: Callable[[int], World]) -> 
         assert first == last, f"rank {rank}: after cycle 1 {first}, after {CYCLES} {last}"
 
 
-@pytest.mark.skipif(IS_TORCH and BACKEND == "gloo",
-                    reason="gloo: a collective whose peer died or froze waits out the group's "
-                    "timeout (rustdist names the peer at once)")
+@needs_torch_api
+@_not_on_gloo("a collective whose peer died or froze may wait out the group's timeout "
+              "(rustdist names the peer at once)")
 @pytest.mark.parametrize("world,how", [(3, "kill"), (3, "stop"), (4, "kill"), (4, "stop"),
                                        (5, "kill"), (5, "stop"), (9, "kill")])
 def test_replacement_process_joins_the_survivors(short_world: Callable[..., World], world: int,
@@ -154,3 +160,46 @@ def test_replacement_process_joins_the_survivors(short_world: Callable[..., Worl
         assert (got["rank"], got["size"]) == (members.index(r), size), f"rank {r}: {got}"
         if r != spare:
             assert f"rank {victim}" in got["error"], f"rank {r}: {got['error']}"
+
+
+@needs_torch_api
+@_not_on_gloo("no rustdist flight recorder, and its groups made before stay usable")
+def test_groups_made_before_are_refused_and_the_recorder_names_the_uuid(
+        bare_world: Callable[[int], World], tmp_path: Any) -> None:
+    """World 3: a group made before the default group is reconfigured refuses work after it,
+    saying it was reconfigured and to make it again; the flight recorder's dump has the
+    re-formed group with its members and the reconfigure's uuid."""
+    bare_world(3).run("reconfigure_cases:made_before", store_path=_store_path(),
+                      dump_prefix=str(tmp_path / "fr_"))
+
+
+@pytest.mark.parametrize("world", [1, 3])
+def test_support_queries_answer_on_every_torch(worlds: Callable[[int], World],
+                                               world: int) -> None:
+    """torch 2.14's support queries and ``get_error`` answer on the default group and its
+    backend object on every torch the suite runs (2.13's torch door too), gloo's answers on
+    gloo: reconfigure yes, windows no, abort hooks yes (gloo: no), completion hooks no."""
+    abort_hooks = not (IS_TORCH and BACKEND == "gloo")
+    for rank, got in enumerate(worlds(world).run("reconfigure_cases:support_queries")):
+        if IS_TORCH and BACKEND == "gloo" and not TORCH_HAS_RECONFIGURE:
+            assert all(str(v).startswith("raised") for v in got.values()), got
+            continue
+        for who in ("group", "backend"):
+            assert got[f"{who}.supports_reconfigure"] is True, (rank, got)
+            assert got[f"{who}.supports_window"] is False, (rank, got)
+            assert got[f"{who}.supports_abort_hooks"] is abort_hooks, (rank, got)
+            assert got[f"{who}.supports_completion_hooks"] is False, (rank, got)
+        assert got["get_error"] == "SUCCESS", (rank, got)
+
+
+@needs_torch_api
+@_not_on_gloo("no authentication of its links")
+def test_a_handle_lets_no_stranger_in(short_world: Callable[..., World]) -> None:
+    """A handle is data, not a credential: a process with another RUSTDIST_AUTH_KEY, named
+    among the handles, makes the reconfigure fail on every rank instead of joining; the
+    others then re-form without it."""
+    got = short_world(3, init=False).run("reconfigure_cases:stranger",
+                                         store_path=_store_path(), timeout=90)
+    for rank, res in enumerate(got[:2]):
+        assert "new rank 2" in res["error"] and "[2]" in res["error"], (rank, res["error"])
+    assert "authenticat" in got[2]["error"], got[2]["error"]

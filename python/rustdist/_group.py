@@ -126,6 +126,7 @@ class ProcessGroup(_GroupBase):  # type: ignore[misc, valid-type]
         self._on_end: Optional[Callable[[ProcessGroup], None]] = None
         # How the flight recorder names the group: torch's group_name and group_desc.
         self._trace: tuple[str, str] = (pg.group_name, "default_pg" if world else "undefined")
+        self._uuid = -1  # the reconfigure that made the current engine group, if one did
         _core.flight_recorder_set_rank(ranks[pg.rank])
         self._trace_as(*self._trace)
         # The reconfigure API: the engine group's first name (re-formed groups are named
@@ -135,7 +136,6 @@ class ProcessGroup(_GroupBase):  # type: ignore[misc, valid-type]
         self._stable_rank: int = ranks[pg.rank]
         self._token = _reconfigure.new_token()
         self._uuids: set[int] = set()
-        self._uuid = -1
         self._hook_registry = Hooks()
         # Abort hooks by id; whether they ran for the current engine group; the thread that
         # waits for the engine group to fail, while there are hooks; a local abort.
@@ -153,7 +153,9 @@ class ProcessGroup(_GroupBase):  # type: ignore[misc, valid-type]
         what a rank was doing) as torch knows it: ``name`` (torch's ``group_name``) and
         ``desc`` (``group_desc``)."""
         self._trace = (name, desc)
-        self._pg.set_trace_info(name, desc, self._ranks)
+        # A re-formed group says which reconfigure made it (its dumps, status queries).
+        made_by = f"{desc} (reconfigure uuid {self._uuid})" if self._uuid >= 0 else desc
+        self._pg.set_trace_info(name, made_by, self._ranks)
         if self._cuda is not None:
             self._cuda.set_trace_info(name, desc, self._ranks)
 
