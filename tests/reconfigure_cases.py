@@ -524,3 +524,34 @@ def case_stranger(dist: Any, rank: int, world: int, store_path: str) -> dict[str
         return {"error": error}
     finally:
         dist.destroy_process_group()
+
+
+def case_store_rank_dies(dist: Any, rank: int, world: int, port: int) -> dict[str, Any]:
+    """Rank 0 serves the TCPStore; the group is re-formed once (so it knows its members) and
+    every rank keeps the handles. Rank 0 is killed in the middle of an all_reduce: the
+    survivors reconfigure over their handles without it, with no store (a failed group that
+    only loses members shrinks over its links), and reduce right. Returns the error."""
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], port, None, rank == 0, timeout=TIMEOUT,
+                          wait_for_workers=False)
+    ctx.state["store"] = store
+    dist.init_process_group(BACKEND, world_size=world, rank=rank, store=store, timeout=TIMEOUT,
+                            enable_reconfigure=True)
+    try:
+        store.set(f"h/{rank}", dist._get_reconfigure_handle())
+        handles = [store.get(f"h/{r}").decode() for r in range(world)]
+        dist._reconfigure(1, handles, timeout=TIMEOUT).wait()
+        ctx.notify("entering")
+        try:
+            dist.all_reduce(torch.ones(1 << 20))
+        except RuntimeError as e:
+            error = str(e)
+        else:
+            raise AssertionError(f"rank {rank}: the all_reduce returned although rank 0 died")
+        dist._reconfigure(2, handles[1:], timeout=TIMEOUT).wait()
+        assert (dist.get_rank(), dist.get_world_size()) == (rank - 1, world - 1)
+        t = torch.full((4,), float(rank))
+        dist.all_reduce(t)
+        check(t, torch.full((4,), float(sum(range(1, world)))), "all_reduce without rank 0")
+        return {"error": error}
+    finally:
+        dist.destroy_process_group()

@@ -203,3 +203,20 @@ def test_a_handle_lets_no_stranger_in(short_world: Callable[..., World]) -> None
     for rank, res in enumerate(got[:2]):
         assert "new rank 2" in res["error"] and "[2]" in res["error"], (rank, res["error"])
     assert "authenticat" in got[2]["error"], got[2]["error"]
+
+
+@needs_torch_api
+@_not_on_gloo("its reconfigure always goes through the store, which died with rank 0")
+@pytest.mark.parametrize("world", [3, 4])
+def test_survivors_reconfigure_without_the_store_when_its_rank_dies(
+        short_world: Callable[..., World], world: int) -> None:
+    """Rank 0, which serves the store, is killed in the middle of an all_reduce; the others
+    re-form without it from the handles they kept, over their links (a failed group that only
+    loses members shrinks), and reduce right."""
+    w = short_world(world, init=False)
+    case = "reconfigure_cases:store_rank_dies"
+    w.submit(case, port=free_port())
+    w.wait_notes(list(range(world)), case)
+    os.kill(w.procs[0].pid, signal.SIGKILL)
+    for r, got in zip(range(1, world), w.collect(list(range(1, world)), case, timeout=90)):
+        assert "rank 0" in got["error"], f"rank {r}: {got['error']}"

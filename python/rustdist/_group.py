@@ -12,6 +12,7 @@ from datetime import timedelta
 from typing import Any, Callable, Optional
 
 from . import _core, _reconfigure, cuda, status
+from ._debug import logger
 from ._errors import DistNetworkError, ErrorType
 from ._hooks import Hooks, check_hook
 from ._tracing import not_traced
@@ -136,6 +137,9 @@ class ProcessGroup(_GroupBase):  # type: ignore[misc, valid-type]
         self._stable_rank: int = ranks[pg.rank]
         self._token = _reconfigure.new_token()
         self._uuids: set[int] = set()
+        # The members' handle tokens by rank, known after a reconfigure (a later one that only
+        # leaves members out shrinks the group over its links).
+        self._member_tokens: Optional[list[str]] = None
         self._hook_registry = Hooks()
         # Abort hooks by id; whether they ran for the current engine group; the thread that
         # waits for the engine group to fail, while there are hooks; a local abort.
@@ -274,13 +278,22 @@ class ProcessGroup(_GroupBase):  # type: ignore[misc, valid-type]
             raise RuntimeError(f"rustdist reconfigure uuid {uuid} was already used; each "
                                "reconfigure() requires a unique uuid")
         members = _reconfigure.ordered(handles)
+        rank = _reconfigure.position(members, self.get_reconfigure_handle())
         keep_timeout = self._pg.timeout
         if timeout is None:
             timeout = timedelta(seconds=keep_timeout)
         self._uuids.add(uuid)
-        core, rank = _reconfigure.form(self._store, self._base_name, uuid, members,
-                                       self.get_reconfigure_handle(), timeout)
+        leave_out = _reconfigure.excluded(self._member_tokens, members)
+        # A failed group (a peer died) shrinks over the survivors' links, with no store; a
+        # working one goes through a rendezvous, which leaves the memory of the members it
+        # leaves out alone (they may still be finishing their last operation).
+        if leave_out is not None and self._pg.error() is not None:
+            self._pg.set_timeout(timeout.total_seconds())
+            core = self._pg.shrink(leave_out, True)
+        else:
+            core = _reconfigure.form(self._store, self._base_name, uuid, members, rank, timeout)
         core.set_timeout(keep_timeout)
+        self._member_tokens = [_reconfigure.parse_handle(h)[1] for h in members]
         stable = [_reconfigure.parse_handle(h)[0] for h in members]
         self._replace_core(core, rank, stable, uuid)
         return Work(_core.join([]), [])
@@ -307,7 +320,11 @@ class ProcessGroup(_GroupBase):  # type: ignore[misc, valid-type]
                    "the old membership were cancelled")
         if not self._is_world:
             return
-        status.publish(self._store, rank, core.size, core.status_address)
+        try:
+            status.publish(self._store, rank, core.size, core.status_address)
+        except RuntimeError as e:  # a shrink needs no store: the one whose rank died is gone
+            logger.info("rank %d: the re-formed world is not published for status queries: "
+                        "%s", rank, e)
         # The groups made from this world are on its store (torchft's, say, are not).
         store = _reconfigure.store_address(self._store)
         for other in list(_live):

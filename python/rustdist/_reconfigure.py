@@ -18,6 +18,12 @@ memory between members on one host, heartbeats over the new membership), all wit
 reconfigure's timeout; a member that never comes is named by its new rank and handle. Once
 all have connected they delete the rendezvous's keys; the uuid stays listed under
 ``reconfigure/<name>/used``, which refuses it later.
+
+A reconfigure of a failed group (a member died) that only leaves members out, the rest in
+their order, is a shrink: it goes through ``shrink_group``'s mechanism instead (the survivors'
+links, no store, no rendezvous: it works when the store's process is the one that died),
+when the group knows its members' tokens, as it does after its first reconfigure
+(:func:`excluded`).
 """
 
 from __future__ import annotations
@@ -104,16 +110,38 @@ def _who(rank: int, handle: str) -> str:
     return f"new rank {rank} (first global rank {stable}, handle token {token})"
 
 
-def form(store: Any, name: str, uuid: int, members: list[str], me: str,
-         timeout: timedelta) -> tuple[Any, int]:
-    """Re-forms the group over ``members`` (handles by new rank; ``me`` is this process's) on
-    ``store``: (the new engine group, this process's new rank). Every member calls it with the
-    same uuid and members, within ``timeout``."""
+def position(members: list[str], me: str) -> int:
+    """This process's new rank: where its handle ``me`` is among ``members``."""
     try:
-        rank = members.index(me)
+        return members.index(me)
     except ValueError:
         raise RuntimeError("Local rustdist reconfigure handle is not part of the new "
                            f"communicator: {me!r} is not among {members!r}") from None
+
+
+def excluded(current: Optional[list[str]], members: list[str]) -> Optional[list[int]]:
+    """The current ranks a reconfigure over ``members`` leaves out, when it is a shrink: every
+    member is a current one (``current``: the tokens of the current members by rank, known
+    after a reconfigure) and they keep their order. None for anything else (a newcomer, a new
+    order, the same members: a rendezvous then)."""
+    if current is None:
+        return None
+    tokens = [parse_handle(h)[1] for h in members]
+    if not set(tokens) <= set(current):
+        return None
+    ranks = [current.index(t) for t in tokens]
+    if ranks != sorted(ranks) or len(ranks) == len(current):
+        return None
+    kept = set(ranks)
+    return [r for r in range(len(current)) if r not in kept]
+
+
+def form(store: Any, name: str, uuid: int, members: list[str], rank: int,
+         timeout: timedelta) -> Any:
+    """Re-forms the group over ``members`` (handles by new rank; this process is ``rank``) on
+    ``store``: the new engine group. Every member calls it with the same uuid and members,
+    within ``timeout``."""
+    me = members[rank]
     mine = parse_handle(me)[2]
     for h in members:
         theirs = parse_handle(h)[2]
@@ -159,12 +187,12 @@ def form(store: Any, name: str, uuid: int, members: list[str], me: str,
     if rank == 0:
         store.append(used, f"{uuid},")
         store.delete_key(f"{key}/claimed")
-    return core, rank
+    return core
 
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-__all__ = ["form", "make_handle", "new_token", "options", "ordered", "parse_handle",
-           "store_address"]
+__all__ = ["excluded", "form", "make_handle", "new_token", "options", "ordered", "parse_handle",
+           "position", "store_address"]
