@@ -321,8 +321,8 @@ def case_ft_reconfigure_rejects_reused_uuid(dist: Any, rank: int, world: int,
 
 def case_hook_counts(dist: Any, rank: int, world: int, store_path: str) -> dict[str, Any]:
     """Pre- and post-hooks on the default group around three all_reduces, an async one, a
-    barrier, a broadcast, an all_gather_into_tensor and (world > 1) an isend/irecv ring: each
-    fires once
+    barrier, a broadcast, an all_gather_into_tensor, (world > 1) an isend/irecv ring and a
+    functional all_reduce (the C++ call torch.compile makes): each fires once
     per operation, pre and post paired by op_id; after unregistering, none fires. Returns
     what the hooks saw (names, async flags, roots, tensor counts)."""
     seen: list[tuple[Any, ...]] = []
@@ -349,6 +349,10 @@ def case_hook_counts(dist: Any, rank: int, world: int, store_path: str) -> dict[
             box = torch.empty(8)
             for w in [dist.isend(t, dst=nxt), dist.irecv(box, src=prv)]:
                 w.wait()
+        # A functional collective, as torch.compile issues it (c10d's C++ calls the group).
+        import torch.distributed._functional_collectives as funcol
+
+        funcol.wait_tensor(funcol.all_reduce(t, "sum", pg))
         pg.unregister_pre_hook(7)
         pg.unregister_post_hook(7)
         before = len(seen)

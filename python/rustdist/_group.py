@@ -173,8 +173,8 @@ class ProcessGroup(_GroupBase):  # type: ignore[misc, valid-type]
 
     @property
     def group_name(self) -> str:
-        """The group's name."""
-        return self._pg.group_name
+        """The group's name (its first engine group's: a reconfigure keeps it)."""
+        return self._base_name
 
     def name(self) -> str:
         """The backend's name (torch's ``ProcessGroup.name()``)."""

@@ -132,7 +132,7 @@ else:
 
         def getGroupName(self) -> str:  # noqa: N802
             """The name torch registered the group under (the engine group's name before)."""
-            return self._td_name if self._td_name is not None else self._pg.group_name
+            return self._td_name if self._td_name is not None else self.group_name
 
         def setGroupName(self, name: str) -> None:  # noqa: N802
             """Called by torch when it registers the group."""
