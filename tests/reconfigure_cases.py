@@ -559,3 +559,24 @@ def case_store_rank_dies(dist: Any, rank: int, world: int, port: int) -> dict[st
         return {"error": error}
     finally:
         dist.destroy_process_group()
+
+
+def case_absent_member(dist: Any, rank: int, world: int, store_path: str,
+                       absent: int) -> dict[str, Any]:
+    """Every rank publishes its handle; all but `absent` reconfigure over all of them, with a
+    timeout of 3 s: each fails within it, naming the absent rank. Returns the error."""
+    def body(c: _Case) -> dict[str, Any]:
+        handles = c.collect_handles("absent")
+        if rank == absent:
+            c.store_barrier("absent_done")
+            return {}
+        try:
+            dist._reconfigure(5, handles, timeout=timedelta(seconds=3)).wait()
+        except RuntimeError as e:
+            error = str(e)
+        else:
+            raise AssertionError(f"rank {rank}: reconfigured although rank {absent} never came")
+        c.store_barrier("absent_done")
+        return {"error": error}
+
+    return _run(dist, rank, world, store_path, body)

@@ -15,6 +15,7 @@ Cases in reconfigure_cases.py."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import tempfile
 from typing import Any, Callable
@@ -220,3 +221,18 @@ def test_survivors_reconfigure_without_the_store_when_its_rank_dies(
     os.kill(w.procs[0].pid, signal.SIGKILL)
     for r, got in zip(range(1, world), w.collect(list(range(1, world)), case, timeout=90)):
         assert "rank 0" in got["error"], f"rank {r}: {got['error']}"
+
+
+@needs_torch_api
+@_not_on_gloo("its error names no rank")
+@pytest.mark.parametrize("absent", [0, 2])
+def test_a_member_that_never_comes_is_named(bare_world: Callable[[int], World],
+                                            absent: int) -> None:
+    """World 3: a member named among the handles never calls reconfigure (the new rank 0, or
+    another): every other fails within the timeout, naming it by its new rank."""
+    got = bare_world(3).run("reconfigure_cases:absent_member", store_path=_store_path(),
+                            absent=absent)
+    for rank, res in enumerate(got):
+        if rank != absent:
+            missing = re.findall(r"new rank (\d) \([^)]*\) did not arrive", res["error"])
+            assert missing == [str(absent)], (rank, res["error"])

@@ -175,6 +175,16 @@ def form(store: Any, name: str, uuid: int, members: list[str], rank: int,
             raise RuntimeError(f"reconfigure uuid {uuid}: the members' handles differ from new "
                                "rank 0's: every member must pass the same handles (a list in "
                                "the same order, or the same set)")
+    # Everyone there before connecting: a member that never comes is named here.
+    here = [f"{key}/here/{r}" for r in range(len(members))]
+    store.set(here[rank], "1")
+    try:
+        store.wait(here, timeout)
+    except Exception as e:
+        missing = [r for r in range(len(members)) if not store.check([here[r]])]
+        raise type(e)(f"reconfigure uuid {uuid}: "
+                      f"{'; '.join(_who(r, members[r]) for r in missing)} did not arrive "
+                      f"within {timeout}: {e}") from e
     try:
         core = _core.ProcessGroup(store, rank, len(members), timeout.total_seconds(), key)
     except Exception as e:
@@ -184,6 +194,7 @@ def form(store: Any, name: str, uuid: int, members: list[str], rank: int,
     # reconfigure but that its uuid was used (one key for all uuids).
     core.forget_rendezvous(store)
     store.delete_key(f"{key}/member/{token}")
+    store.delete_key(here[rank])
     if rank == 0:
         store.append(used, f"{uuid},")
         store.delete_key(f"{key}/claimed")
