@@ -453,7 +453,7 @@ def case_replacement(dist: Any, rank: int, world: int, port: int,
     store = dist.TCPStore(os.environ["MASTER_ADDR"], port, None, rank == 0, timeout=TIMEOUT,
                           wait_for_workers=False)
     ctx.state["store"] = store  # rank 0's serves the job until the world ends
-    error = ""
+    error, waited = "", 0.0
     if rank == spare:
         store.wait(["replace/needed"], 3 * TIMEOUT)  # past the survivors' group timeout
         dist.init_process_group(BACKEND, world_size=1, rank=0, store=store, timeout=TIMEOUT,
@@ -463,6 +463,7 @@ def case_replacement(dist: Any, rank: int, world: int, port: int,
                                 timeout=TIMEOUT, enable_reconfigure=True)
         dist.all_reduce(torch.ones(4))
         ctx.notify("entering")
+        t_enter = time.monotonic()
         try:
             dist.all_reduce(torch.ones(1 << 20))
         except RuntimeError as e:
@@ -470,12 +471,14 @@ def case_replacement(dist: Any, rank: int, world: int, port: int,
         else:
             raise AssertionError(f"rank {rank}: the all_reduce returned although rank "
                                  f"{victim} died")
+        waited = time.monotonic() - t_enter
         store.set("replace/needed", "1")
     store.set(f"replace/{rank}", dist._get_reconfigure_handle())
     handles = [store.get(f"replace/{r}").decode() for r in [*survivors, spare]]
     dist._reconfigure(1, handles, timeout=TIMEOUT).wait()
     try:
-        got = {"error": error, "rank": dist.get_rank(), "size": dist.get_world_size()}
+        got = {"error": error, "waited": waited, "rank": dist.get_rank(),
+               "size": dist.get_world_size()}
         _check_group(dist)
         objects = [None] * size
         dist.all_gather_object(objects, {"from": rank})

@@ -135,6 +135,10 @@ def test_shrink_grow_cycles_leak_nothing(bare_world: Callable[[int], World]) -> 
         assert first == last, f"rank {rank}: after cycle 1 {first}, after {CYCLES} {last}"
 
 
+#: How soon the survivors' blocked all_reduce must fail (the group's timeout is 30 s).
+DETECTED_WITHIN_S = 20.0
+
+
 @needs_torch_api
 @_not_on_gloo("a collective whose peer died or froze may wait out the group's timeout "
               "(rustdist names the peer at once)")
@@ -161,6 +165,11 @@ def test_replacement_process_joins_the_survivors(short_world: Callable[..., Worl
         assert (got["rank"], got["size"]) == (members.index(r), size), f"rank {r}: {got}"
         if r != spare:
             assert f"rank {victim}" in got["error"], f"rank {r}: {got['error']}"
+            # A dead peer is named within milliseconds, a frozen one after about 5 s of missed
+            # heartbeats: well before the group's timeout (30 s).
+            assert got["waited"] < DETECTED_WITHIN_S, (
+                f"rank {r}: the all_reduce failed {got['waited']:.1f} s after it began: "
+                f"{got['error']}")
 
 
 @needs_torch_api
