@@ -47,6 +47,9 @@ class _ErrorType(enum.IntEnum):
     COMM_ERROR = 2
     REMOTE_ERROR = 3
 
+    def __str__(self) -> str:
+        return f"ErrorType.{self.name}"  # as torch's prints
+
 
 #: What failed a group (``ProcessGroup.get_error``): torch's ``ErrorType`` where torch has it.
 ErrorType: Any = _ErrorType

@@ -52,6 +52,9 @@ class HookOpName(enum.IntEnum):
     ALLTOALL_BASE = 19
     UNKNOWN = 20
 
+    def __str__(self) -> str:
+        return f"HookOpName.{self.name}"  # as torch's prints
+
 
 class PreHookArgs:
     """What a pre-hook is called with (torch's ``PreHookArgs``, for torch before 2.14 and
