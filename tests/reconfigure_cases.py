@@ -441,7 +441,7 @@ def case_shrink_grow_cycles(dist: Any, rank: int, world: int, store_path: str,
 def case_replacement(dist: Any, rank: int, world: int, port: int,
                      victim: int) -> dict[str, Any]:
     """Ranks 0..world-2 form a group on a TCPStore (rank 0 serves it) and block in an
-    all_reduce; the driver kills or freezes `victim`. The last rank is a process that was in
+    all_reduce that `victim` never joins; the driver kills or freezes it. The last rank is a process that was in
     no group: once the survivors ask for it, it inits alone (world 1, on the job's store) and
     the survivors and it reconfigure over their handles into a group of the old size, the
     newcomer last. Every kind of operation is then checked on it. Returns the survivors'
@@ -463,6 +463,8 @@ def case_replacement(dist: Any, rank: int, world: int, port: int,
                                 timeout=TIMEOUT, enable_reconfigure=True)
         dist.all_reduce(torch.ones(4))
         ctx.notify("entering")
+        if rank == victim:  # never joins: the all_reduce cannot end before it dies
+            threading.Event().wait()
         t_enter = time.monotonic()
         try:
             dist.all_reduce(torch.ones(1 << 20))
@@ -535,7 +537,8 @@ def case_stranger(dist: Any, rank: int, world: int, store_path: str) -> dict[str
 
 def case_store_rank_dies(dist: Any, rank: int, world: int, port: int) -> dict[str, Any]:
     """Rank 0 serves the TCPStore; the group is re-formed once (so it knows its members) and
-    every rank keeps the handles. Rank 0 is killed in the middle of an all_reduce: the
+    every rank keeps the handles. Rank 0 is killed while the others are in an all_reduce it
+    never joins: the
     survivors reconfigure over their handles without it, with no store (a failed group that
     only loses members shrinks over its links), and reduce right. Returns the error."""
     store = dist.TCPStore(os.environ["MASTER_ADDR"], port, None, rank == 0, timeout=TIMEOUT,
@@ -548,6 +551,8 @@ def case_store_rank_dies(dist: Any, rank: int, world: int, port: int) -> dict[st
         handles = [store.get(f"h/{r}").decode() for r in range(world)]
         dist._reconfigure(1, handles, timeout=TIMEOUT).wait()
         ctx.notify("entering")
+        if rank == 0:  # never joins: the all_reduce cannot end before it dies
+            threading.Event().wait()
         try:
             dist.all_reduce(torch.ones(1 << 20))
         except RuntimeError as e:

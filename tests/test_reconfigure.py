@@ -147,10 +147,10 @@ DETECTED_WITHIN_S = 20.0
 def test_replacement_process_joins_the_survivors(short_world: Callable[..., World], world: int,
                                                  how: str) -> None:
     """`world` processes: a group of world - 1 ranks, and a process in no group. The group
-    loses its last rank to a kill -9 (or a SIGSTOP: it freezes, its sockets stay open) in the
-    middle of an all_reduce; the survivors name it, and the other process inits alone on the
-    job's store and joins them by reconfigure: the group has world - 1 ranks again, the
-    newcomer last, and every operation is right."""
+    loses its last rank to a kill -9 (or a SIGSTOP: it freezes, its sockets stay open) while
+    the others are in an all_reduce it never joins; the survivors name it, and the other
+    process inits alone on the job's store and joins them by reconfigure: the group has
+    world - 1 ranks again, the newcomer last, and every operation is right."""
     if HOSTS_SPEC and not fits(world):
         pytest.skip(f"{world} processes do not fit on the test hosts {HOSTS_SPEC}")
     w = short_world(world, init=False)
@@ -220,7 +220,8 @@ def test_a_handle_lets_no_stranger_in(short_world: Callable[..., World]) -> None
 @pytest.mark.parametrize("world", [3, 4])
 def test_survivors_reconfigure_without_the_store_when_its_rank_dies(
         short_world: Callable[..., World], world: int) -> None:
-    """Rank 0, which serves the store, is killed in the middle of an all_reduce; the others
+    """Rank 0, which serves the store, is killed while the others are in an all_reduce it never
+    joins; the others
     re-form without it from the handles they kept, over their links (a failed group that only
     loses members shrinks), and reduce right."""
     w = short_world(world, init=False)
