@@ -275,8 +275,7 @@ class ProcessGroup(_GroupBase):  # type: ignore[misc, valid-type]
             raise RuntimeError("reconfigure: this group has run CUDA operations (NCCL), which "
                                "rustdist cannot re-form yet; reconfigure a CPU group")
         if uuid in self._uuids:
-            raise RuntimeError(f"rustdist reconfigure uuid {uuid} was already used; each "
-                               "reconfigure() requires a unique uuid")
+            raise _reconfigure.uuid_used(uuid)
         members = _reconfigure.ordered(handles)
         rank = _reconfigure.position(members, self.get_reconfigure_handle())
         keep_timeout = self._pg.timeout

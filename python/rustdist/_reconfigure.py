@@ -100,7 +100,7 @@ def options(opts: Any) -> tuple[int, Any, Optional[timedelta]]:
     return uuid, getattr(opts, "handles", None), timeout
 
 
-def _used(uuid: int) -> RuntimeError:
+def uuid_used(uuid: int) -> RuntimeError:
     return RuntimeError(f"rustdist reconfigure uuid {uuid} was already used; each reconfigure() "
                         "requires a unique uuid")
 
@@ -155,13 +155,13 @@ def form(store: Any, name: str, uuid: int, members: list[str], rank: int,
     plan = hashlib.sha256("\n".join(members).encode()).hexdigest()[:16]
     token = parse_handle(me)[1]
     if store.check([used]) and str(uuid) in _text(store.get(used)).split(","):
-        raise _used(uuid)
+        raise uuid_used(uuid)
     if store.add(f"{key}/member/{token}", 1) > 1:
-        raise _used(uuid)
+        raise uuid_used(uuid)
     if rank == 0:
         claim = f"{plan}:{token}:{new_token()}"
         if _text(store.compare_set(f"{key}/claimed", "", claim)) != claim:
-            raise _used(uuid)
+            raise uuid_used(uuid)
     else:
         try:
             store.wait([f"{key}/claimed"], timeout)
@@ -170,7 +170,7 @@ def form(store: Any, name: str, uuid: int, members: list[str], rank: int,
                           f"within {timeout}: {e}") from e
         claimed_plan, claimer, _ = _text(store.get(f"{key}/claimed")).split(":")
         if claimer != parse_handle(members[0])[1]:
-            raise _used(uuid)
+            raise uuid_used(uuid)
         if claimed_plan != plan:
             raise RuntimeError(f"reconfigure uuid {uuid}: the members' handles differ from new "
                                "rank 0's: every member must pass the same handles (a list in "
@@ -206,4 +206,4 @@ def _text(value: Any) -> str:
 
 
 __all__ = ["excluded", "form", "make_handle", "new_token", "options", "ordered", "parse_handle",
-           "position", "store_address"]
+           "position", "store_address", "uuid_used"]
