@@ -52,6 +52,7 @@ from .distributed_c10d import (
     ReduceOp,
     Work,
     _get_reconfigure_handle,
+    _new_window,
     _reconfigure,
     _set_pg_timeout,
     _supports_reconfigure,

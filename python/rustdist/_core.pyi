@@ -161,6 +161,10 @@ class ProcessGroup:
     def link(self) -> str:
         """How the ranks reach each other: "shm", "tcp" or "hierarchical"."""
     @property
+    def supports_window(self) -> bool:
+        """Whether the group can hold one-sided windows: every rank on one host with shared
+        memory (or a group of one)."""
+    @property
     def link_model(self) -> tuple[float, int]:
         """The TCP link model algorithm selection uses: (one-way latency in seconds, bytes
         per second), from RUSTDIST_LINK_LATENCY_US / RUSTDIST_LINK_BANDWIDTH, else measured
@@ -281,6 +285,42 @@ class ProcessGroup:
     def set_trace_info(self, name: str, desc: str, ranks: list[int]) -> None:
         """Names the group in its flight recorder as torch knows it: `name` (torch's
         group_name), `desc` (group_desc), the members' global ranks by group rank."""
+
+class Window:
+    """A one-sided window registered on every rank of a group whose ranks share one host:
+    each rank's registered bytes in shared memory every rank maps (UNIFIED access)."""
+
+    @staticmethod
+    def register(
+        group: ProcessGroup, ptr: int, nbytes: int, meta: bytes
+    ) -> tuple[Window, list[bytes]]:
+        """Registers the `nbytes` bytes at `ptr` (copied in) as this rank's window memory
+        (collective); returns the window and every rank's `meta` (at most 183 bytes)."""
+    def address(self, rank: int) -> int:
+        """Where rank `rank`'s registered bytes are mapped in this process."""
+    def nbytes(self, rank: int) -> int:
+        """How many bytes rank `rank` registered."""
+    def deregister(self) -> None:
+        """Ends the registration on every rank (collective): puts into it fail after."""
+    def put(
+        self,
+        ptr: int,
+        numel: int,
+        dtype: int,
+        dst: int,
+        offset_bytes: int,
+        keep: object,
+        sync: bool = False,
+    ) -> Optional[Work]:
+        """Copies the tensor at `ptr` into rank `dst`'s window at byte `offset_bytes`, in
+        issue order with the group's operations (recorded as "put")."""
+    def signal(self, dst: int, sync: bool = False) -> Optional[Work]:
+        """Signals rank `dst`, after every put this rank issued before."""
+    def wait_signal(
+        self, src: int, timeout: Optional[float] = None, sync: bool = False
+    ) -> Optional[Work]:
+        """Waits for rank `src`'s next signal within `timeout` seconds (None: the group's);
+        raises naming `src` on a timeout, and the group's error if it fails meanwhile."""
 
 def flight_recorder_set_rank(rank: int) -> None:
     """Sets this process's global rank, which names its flight recorder dump."""

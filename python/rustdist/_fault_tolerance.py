@@ -96,5 +96,26 @@ def _supports_window(group: Optional[ProcessGroup] = None) -> bool:
     return _group(group).supports_window
 
 
-__all__ = ["ReconfigureOptions", "_get_reconfigure_handle", "_reconfigure",
+def _new_window(tensor: Any = None, group: Optional[ProcessGroup] = None) -> Any:
+    """
+    Create a new one-sided (RMA) communication window on ``group``.
+
+    This is a collective operation. Every rank in ``group`` must call it in
+    the same order. If ``tensor`` is omitted, the subsequent
+    ``Window.tensor_register`` call is also collective and must be called by
+    every rank in the same order.
+
+    Args:
+        tensor (torch.Tensor or numpy.ndarray, optional): If provided, the tensor is
+            registered with the new window.
+        group (ProcessGroup, optional): The process group to create the window
+            on. If ``None``, the default process group is used.
+
+    Returns:
+        Window: The new one-sided communication window.
+    """
+    return _group(group).new_window(tensor)
+
+
+__all__ = ["ReconfigureOptions", "_get_reconfigure_handle", "_new_window", "_reconfigure",
            "_supports_reconfigure", "_supports_window"]

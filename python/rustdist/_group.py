@@ -11,7 +11,7 @@ import weakref
 from datetime import timedelta
 from typing import Any, Callable, Optional
 
-from . import _core, _reconfigure, cuda, status
+from . import _core, _reconfigure, _window, cuda, status
 from ._debug import logger
 from ._errors import DistNetworkError, ErrorType
 from ._hooks import Hooks, check_hook
@@ -348,8 +348,14 @@ class ProcessGroup(_GroupBase):  # type: ignore[misc, valid-type]
 
     @property
     def supports_window(self) -> bool:
-        """One-sided windows are not supported yet (as on gloo)."""
-        return False
+        """Whether one-sided windows (``new_window``) work on the group: when all its ranks
+        share one host with shared memory (UNIFIED access; not yet across hosts)."""
+        return bool(self._pg.supports_window)
+
+    def new_window(self, tensor: Any = None) -> _window.Window:
+        """Creates a one-sided communication window on the group (collective: every rank,
+        in the same order); ``tensor``, if given, is registered with it."""
+        return _window.Window(self, tensor)
 
     def register_abort_hook(self, hook_id: int, hook: Callable[[], Any]) -> None:
         """Calls ``hook()`` once when the group is aborted (:meth:`abort`, before it aborts),

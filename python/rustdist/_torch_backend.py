@@ -178,10 +178,6 @@ else:
             raise RuntimeError("Only ProcessGrouppNCCL supports waitForPendingWorks, but got "
                                f"{BACKEND_NAME} backend.")
 
-        def new_window(self, tensor: Optional[Tensor] = None) -> Any:
-            """One-sided windows are not supported yet (``supports_window`` is False)."""
-            raise RuntimeError(f"Backend {BACKEND_NAME} does not support new_window")
-
         @property
         def supports_splitting(self) -> bool:
             """``split_group`` is not supported (it needs an accelerator in torch too)."""

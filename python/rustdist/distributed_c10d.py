@@ -55,6 +55,7 @@ from ._world import _abort_process_group, _get_default_store, _set_pg_timeout  #
 from ._fault_tolerance import (  # noqa: F401
     ReconfigureOptions,
     _get_reconfigure_handle,
+    _new_window,
     _reconfigure,
     _supports_reconfigure,
     _supports_window,

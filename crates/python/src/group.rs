@@ -181,6 +181,12 @@ impl PyProcessGroup {
         (model.latency.as_secs_f64(), model.bandwidth)
     }
 
+    /// Whether the group can hold one-sided windows (every rank on one host, shared memory).
+    #[getter]
+    fn supports_window(&self) -> bool {
+        self.pg.supports_window()
+    }
+
     /// TCP streams joining this rank to each peer on another host (1 when none is):
     /// RUSTDIST_STREAMS_PER_PEER, else as many as keep the link's round trip in flight.
     #[getter]

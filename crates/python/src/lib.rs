@@ -3,6 +3,7 @@
 
 use pyo3::prelude::*;
 
+mod buffer;
 mod cuda;
 mod dlpack;
 mod error;
@@ -11,6 +12,7 @@ mod flight;
 mod group;
 mod interrupt;
 mod store;
+mod window;
 mod work;
 
 #[pymodule]
@@ -23,6 +25,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<group::PyProcessGroup>()?;
     m.add_function(wrap_pyfunction!(group::selection_table, m)?)?;
     m.add_class::<work::PyWork>()?;
+    m.add_class::<window::PyWindow>()?;
     m.add_function(wrap_pyfunction!(work::join, m)?)?;
     m.add_function(wrap_pyfunction!(fast::fast_function, m)?)?;
     m.add_function(wrap_pyfunction!(fast::fast_init, m)?)?;

@@ -11,7 +11,7 @@ import time
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 from . import __doc__ as PACKAGE_DOC
-from . import plot, reconfig_rank, recovery, report, scale, soak, train
+from . import plot, reconfig_rank, recovery, report, scale, soak, train, window
 from .common import (
     DEEPSPEED_SIZES, DTYPE_BYTES, LABELS, OPS, SIZES, Config, fmt_size, machine, parse_size,
     round_plan, write_json,
@@ -22,7 +22,8 @@ from .selection import format_selection, selection_table
 
 MASTER_ADDR = "127.0.0.1"
 DEFAULT_WORLDS = {"compare": [2, 4], "deepspeed": [2, 4], "cuda": [1], "soak": [4],
-                  "recovery": [2, 3, 4], "train": [2, 4], "scale": [8, 16, 32, 64]}
+                  "recovery": [2, 3, 4], "train": [2, 4], "scale": [8, 16, 32, 64],
+                  "window": window.DEFAULT_WORLDS}
 #: --recovery through reconfigure: gloo's side runs where its torch processes fit.
 RECONFIGURE_WORLDS = [3, 8, 32]
 SOAK_OPS = 100_000
@@ -90,6 +91,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                         "and size, and run nothing")
     train.add_arguments(p)
     scale.add_arguments(p)
+    window.add_arguments(p)
     args = p.parse_args(argv)
     if args.scale and (args.train or args.soak or args.recovery or args.vs
                        or args.device == "cuda"):
@@ -115,7 +117,12 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
         p.error("--vs compares CPU collectives; not with --device cuda")
     if args.bind is None:
         args.bind = bool(args.vs)
-    args.mode = ("scale" if args.scale else "train" if args.train else "soak" if args.soak
+    if args.window and (args.scale or args.train or args.soak or args.recovery or args.vs
+                        or args.device == "cuda" or args.link):
+        p.error("--window runs its own sides (rustdist and Open MPI) on one host: not with "
+                "--scale, --train, --soak, --recovery, --vs, --device cuda or --link")
+    args.mode = ("window" if args.window else "scale" if args.scale else "train" if args.train
+                 else "soak" if args.soak
                  else "recovery" if args.recovery
                  else "cuda" if args.device == "cuda"
                  else "deepspeed" if args.vs == "deepspeed" else "compare")
@@ -392,12 +399,12 @@ def main(argv: Optional[list[str]] = None) -> int:
         except RuntimeError as e:
             sys.exit(f"--show-selection: {e}")
         return 0
-    problem = (mpi_problem() if args.vs == "mpi" else None) or (
+    problem = (mpi_problem() if args.vs == "mpi" or args.mode == "window" else None) or (
         _cuda_problem(args.world) if args.mode == "cuda" else None)
     if problem:
         sys.exit(problem)
     mach = machine()
-    if args.vs == "mpi":
+    if args.vs == "mpi" or args.mode == "window":
         mach["mpi"] = mpi_version()
     if args.mode == "deepspeed":
         # Imported here, not at the top: `python -m` runs it (the docs' table) and the
@@ -406,7 +413,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
         return deepspeed_run(args, mach, _run)
     runs = {"soak": soak_run, "recovery": recovery_run, "train": train.train_run,
-            "scale": scale.scale_run}
+            "scale": scale.scale_run, "window": window.window_run}
     return runs.get(args.mode, compare)(args, mach)
 
 

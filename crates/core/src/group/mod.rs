@@ -23,10 +23,12 @@ mod collectives;
 mod engine;
 mod p2p;
 mod reduction;
+mod window;
 mod worker;
 
 pub use blocks::Blocks;
 pub use reduction::Reduction;
+pub use window::{Window, META_BYTES};
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};

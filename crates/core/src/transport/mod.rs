@@ -21,8 +21,10 @@ pub mod local;
 pub mod members;
 pub mod mesh;
 pub mod shm;
+pub mod shm_object;
 mod signature;
 pub mod tcp;
+pub mod window;
 pub mod workspace;
 
 pub use signature::Signature;

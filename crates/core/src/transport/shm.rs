@@ -8,15 +8,15 @@
 //! sleeps on its own doorbell (a futex in shared memory) that writers ring; the TCP connection
 //! to the peer stays open only to notice a peer that dies (EOF).
 
-use std::ffi::CString;
 use std::io::{self, IoSlice};
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::store::Store;
 use crate::transport::cma;
 use crate::transport::remaining;
+use crate::transport::shm_object::SharedObject;
 use crate::transport::workspace::{Workspace, REGION_BYTES};
 
 /// Bytes of one ring's data area: large enough that big messages move in few wake-ups, small
@@ -46,24 +46,11 @@ fn ring_stride(slots: usize) -> usize {
     RING_HEADER + ring_bytes(slots)
 }
 
-/// A shared mapping of one rank's segment.
+/// One rank's segment: its doorbell, a ring per peer and its workspace region.
 pub struct Segment {
-    base: *mut u8,
-    len: usize,
+    obj: SharedObject,
     /// Ring slots: the size of the group it was made for.
     slots: usize,
-    name: CString,
-    owner: bool,
-}
-
-// SAFETY: the mapping is shared memory accessed only through atomics and the SPSC protocol
-// below; the pointer itself may move between threads.
-unsafe impl Send for Segment {}
-// SAFETY: as above; concurrent access goes through atomics.
-unsafe impl Sync for Segment {}
-
-fn os_error(what: &str) -> Error {
-    Error::network(format!("{what}: {}", io::Error::last_os_error()))
 }
 
 impl Segment {
@@ -76,85 +63,31 @@ impl Segment {
         Self::workspace_offset(size) + REGION_BYTES
     }
 
-    /// Creates this rank's segment with one ring slot per rank of a group of `size`.
+    /// Creates this rank's segment with one ring slot per rank of a group of `size`. Sparse:
+    /// only the parts the ranks on this host use are reserved, once they are known
+    /// (`reserve`); a ring per rank of a large group would be hundreds of MiB.
     fn create(name: &str, size: usize) -> Result<Segment> {
-        let cname = CString::new(name).map_err(|_| Error::invalid("bad shared-memory name"))?;
-        let len = Self::len_for(size);
-        // SAFETY: shm_open with a valid NUL-terminated name; the fd is closed below.
-        let fd = unsafe {
-            libc::shm_open(
-                cname.as_ptr(),
-                libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
-                0o600,
-            )
-        };
-        if fd < 0 {
-            return Err(os_error("cannot create shared memory"));
-        }
-        // Sparse: only the parts the ranks on this host use are reserved, once they are known
-        // (`reserve`); a ring per rank of a large group would be hundreds of MiB.
-        // SAFETY: fd is a valid shared-memory descriptor we own.
-        let sized = unsafe { libc::ftruncate(fd, len as libc::off_t) };
-        let seg = if sized == 0 {
-            Self::map(fd, cname.clone(), len, size, true)
-        } else {
-            Err(os_error("cannot size shared memory"))
-        };
-        // SAFETY: fd is valid and no longer needed once mapped (the mapping keeps the object).
-        unsafe { libc::close(fd) };
-        if seg.is_err() {
-            // SAFETY: removing the name we just created.
-            unsafe { libc::shm_unlink(cname.as_ptr()) };
-        }
-        seg
+        Ok(Segment {
+            obj: SharedObject::create(name, Self::len_for(size))?,
+            slots: size,
+        })
     }
 
     /// Maps a peer's segment created with the same `size`.
     fn open(name: &str, size: usize) -> Result<Segment> {
-        let cname = CString::new(name).map_err(|_| Error::invalid("bad shared-memory name"))?;
-        // SAFETY: shm_open with a valid NUL-terminated name; the fd is closed below.
-        let fd = unsafe { libc::shm_open(cname.as_ptr(), libc::O_RDWR, 0) };
-        if fd < 0 {
-            return Err(os_error("cannot open a peer's shared memory"));
-        }
-        let seg = Self::map(fd, cname, Self::len_for(size), size, false);
-        // SAFETY: fd is valid and no longer needed once mapped.
-        unsafe { libc::close(fd) };
-        seg
+        Ok(Segment {
+            obj: SharedObject::open(name, Self::len_for(size))?,
+            slots: size,
+        })
     }
 
-    fn map(fd: i32, name: CString, len: usize, slots: usize, owner: bool) -> Result<Segment> {
-        // SAFETY: mapping `len` bytes of a shared-memory object sized to at least `len`.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd,
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(os_error("cannot map shared memory"));
-        }
-        Ok(Segment {
-            base: base as *mut u8,
-            len,
-            slots,
-            name,
-            owner,
-        })
+    fn base(&self) -> *mut u8 {
+        self.obj.base()
     }
 
     /// Reserves the pages this host's ranks will use (the doorbell, the rings of `writers`,
     /// the workspace), so that a full /dev/shm fails here, not with SIGBUS on first use.
     fn reserve(&self, writers: &[usize]) -> Result<()> {
-        // SAFETY: shm_open of this segment's own name (still linked: peers map it by name).
-        let fd = unsafe { libc::shm_open(self.name.as_ptr(), libc::O_RDWR, 0) };
-        if fd < 0 {
-            return Err(os_error("cannot reopen this rank's shared memory"));
-        }
         let stride = ring_stride(self.slots);
         let ranges = std::iter::once((0, BELL_BYTES))
             .chain(writers.iter().map(|&w| (BELL_BYTES + w * stride, stride)))
@@ -162,45 +95,28 @@ impl Segment {
                 Self::workspace_offset(self.slots),
                 REGION_BYTES,
             )));
-        let mut failed = 0;
-        for (at, len) in ranges {
-            // SAFETY: fd is a valid shared-memory descriptor; the range lies in the object.
-            failed = unsafe { libc::posix_fallocate(fd, at as libc::off_t, len as libc::off_t) };
-            if failed != 0 {
-                break;
-            }
-        }
-        // SAFETY: fd is valid and ours.
-        unsafe { libc::close(fd) };
-        if failed != 0 {
-            return Err(Error::network(format!(
-                "cannot reserve shared memory for the {} ranks on this host (is /dev/shm full?): {}",
-                writers.len(),
-                io::Error::from_raw_os_error(failed)
-            )));
-        }
-        Ok(())
+        self.obj
+            .reserve(ranges, &format!("the {} ranks on this host", writers.len()))
     }
 
     /// Removes the name once every peer has mapped it, so nothing outlives the processes.
     fn unlink(&mut self) {
-        if self.owner {
-            // SAFETY: unlinking a name this rank created; mappings stay valid.
-            unsafe { libc::shm_unlink(self.name.as_ptr()) };
-            self.owner = false;
-        }
+        self.obj.unlink();
     }
 
     fn bell(&self) -> &Bell {
         // SAFETY: the segment starts with a Bell-sized, 64-byte aligned area (mmap is
         // page-aligned) that lives as long as the mapping.
-        unsafe { &*(self.base as *const Bell) }
+        unsafe { &*(self.base() as *const Bell) }
     }
 
     /// The ring that rank `writer` fills in this segment.
     fn ring(&self, writer: usize) -> Ring {
         // SAFETY: writer < size, so the ring lies inside the mapping.
-        let hdr = unsafe { self.base.add(BELL_BYTES + writer * ring_stride(self.slots)) };
+        let hdr = unsafe {
+            self.base()
+                .add(BELL_BYTES + writer * ring_stride(self.slots))
+        };
         // SAFETY: the header's two lines and the data area lie inside the mapping.
         let (tail, data) = unsafe { (hdr.add(LINE), hdr.add(RING_HEADER)) };
         Ring {
@@ -212,25 +128,17 @@ impl Segment {
     }
 }
 
-impl Drop for Segment {
-    fn drop(&mut self) {
-        self.unlink();
-        // SAFETY: unmapping exactly the mapping made in `map`.
-        unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
-    }
-}
-
 /// A rank's doorbell: `seq` is the futex word, `sleepers` says whether ringing must wake.
 #[repr(C)]
-struct Bell {
+pub(crate) struct Bell {
     seq: AtomicU32,
     sleepers: AtomicU32,
 }
 
 impl Bell {
-    /// Wakes the rank if it sleeps. SeqCst pairs with [`ShmHost::sleep`]: a sleeper either
+    /// Wakes the rank if it sleeps. SeqCst pairs with [`Bell::sleep`]: a sleeper either
     /// sees what was published before this call or is woken by it.
-    fn ring_if_sleeping(&self) {
+    pub(crate) fn ring_if_sleeping(&self) {
         if self.sleepers.load(Ordering::SeqCst) > 0 {
             self.ring();
         }
@@ -252,6 +160,36 @@ impl Bell {
                 )
             };
         }
+    }
+
+    /// Sleeps until a peer rings this rank's doorbell or `timeout` passes, unless `ready`
+    /// (re-checked after announcing the sleep, so no ring is missed) says there is work.
+    pub(crate) fn sleep(&self, timeout: Duration, ready: impl FnOnce() -> bool) {
+        self.sleepers.fetch_add(1, Ordering::SeqCst);
+        // `ready` reads the rings and flags with Acquire, not SeqCst: without this fence the
+        // memory model lets those reads miss a store whose writer then read `sleepers` as 0.
+        fence(Ordering::SeqCst);
+        let seen = self.seq.load(Ordering::SeqCst);
+        if !ready() {
+            let ts = libc::timespec {
+                tv_sec: timeout.as_secs() as libc::time_t,
+                tv_nsec: timeout.subsec_nanos() as libc::c_long,
+            };
+            // SAFETY: FUTEX_WAIT on a valid, aligned u32 in shared memory with a valid timeout;
+            // it returns at once if the word no longer equals `seen`.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_futex,
+                    self.seq.as_ptr(),
+                    libc::FUTEX_WAIT,
+                    seen,
+                    &ts as *const libc::timespec,
+                    std::ptr::null::<u32>(),
+                    0,
+                )
+            };
+        }
+        self.sleepers.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -364,7 +302,7 @@ impl ShmHost {
             if let Some(seg) = seg {
                 ranks.push(p);
                 // SAFETY: the region lies inside the mapping (len_for covers it).
-                regions.push(unsafe { seg.base.add(at) });
+                regions.push(unsafe { seg.base().add(at) });
             }
         }
         let local = ranks.iter().position(|&r| r == me).unwrap_or(0);
@@ -419,7 +357,7 @@ impl ShmHost {
         let at = Segment::workspace_offset(self.slots);
         // SAFETY: the region lies inside the mapping (len_for covers it); the caller promises
         // that nobody else touches it.
-        unsafe { std::ptr::write_bytes(self.own.base.add(at), 0, REGION_BYTES) };
+        unsafe { std::ptr::write_bytes(self.own.base().add(at), 0, REGION_BYTES) };
     }
 
     /// The pipe between this rank (`me`) and peer `p`, if p shares the host.
@@ -439,32 +377,7 @@ impl ShmHost {
     /// Sleeps until a peer rings this rank's doorbell or `timeout` passes, unless `ready`
     /// (re-checked after announcing the sleep, so no ring is missed) says there is work.
     pub fn sleep(&self, timeout: Duration, ready: impl FnOnce() -> bool) {
-        let bell = self.own_bell();
-        bell.sleepers.fetch_add(1, Ordering::SeqCst);
-        // `ready` reads the rings and flags with Acquire, not SeqCst: without this fence the
-        // memory model lets those reads miss a store whose writer then read `sleepers` as 0.
-        fence(Ordering::SeqCst);
-        let seen = bell.seq.load(Ordering::SeqCst);
-        if !ready() {
-            let ts = libc::timespec {
-                tv_sec: timeout.as_secs() as libc::time_t,
-                tv_nsec: timeout.subsec_nanos() as libc::c_long,
-            };
-            // SAFETY: FUTEX_WAIT on a valid, aligned u32 in shared memory with a valid timeout;
-            // it returns at once if the word no longer equals `seen`.
-            unsafe {
-                libc::syscall(
-                    libc::SYS_futex,
-                    bell.seq.as_ptr(),
-                    libc::FUTEX_WAIT,
-                    seen,
-                    &ts as *const libc::timespec,
-                    std::ptr::null::<u32>(),
-                    0,
-                )
-            };
-        }
-        bell.sleepers.fetch_sub(1, Ordering::SeqCst);
+        self.own_bell().sleep(timeout, ready)
     }
 }
 

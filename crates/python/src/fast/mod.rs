@@ -22,7 +22,7 @@ mod ops;
 mod read;
 mod state;
 
-pub use read::cuda_buffer;
+pub use read::{cpu_dense, cuda_buffer};
 pub use state::fast_init;
 
 use std::ffi::CString;

@@ -43,6 +43,15 @@ pub(super) fn cpu_tensor(st: &State, x: &Bound<'_, PyAny>) -> PyResult<Option<De
     }))
 }
 
+/// `x`'s (data pointer, element count, dtype code) when it is a plain contiguous CPU tensor
+/// of a supported dtype (read as the fast collectives read theirs); None otherwise, or before
+/// `fast_init`.
+pub fn cpu_dense(x: &Bound<'_, PyAny>) -> Option<(usize, usize, u8)> {
+    let st = STATE.get(x.py())?;
+    let buf = cpu_tensor(st, x).ok().flatten()?;
+    Some((buf.ptr, buf.numel, buf.code))
+}
+
 /// `x`'s (data pointer, element count, dtype code, device index) when it is a plain
 /// contiguous CUDA tensor of a real dtype, read in one DLPack call (torch 2.10 and later);
 /// None sends the caller to its Python checks, which also raise the errors.

@@ -1,0 +1,192 @@
+//! `_core.Window`: a one-sided window registered on a group's ranks (one host, UNIFIED access).
+//! Tensors arrive as (pointer, element count, dtype code) plus a `keep` object held until the
+//! Work completes, as in `group.rs`.
+
+use std::sync::{Arc, OnceLock};
+
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use rustdist_core::group::{Run, Window};
+use rustdist_core::tensor::Tensor;
+use rustdist_core::{DType, ProcessGroup};
+
+use crate::error::CoreResult;
+use crate::flight;
+use crate::group::{timeout_from_secs, PyProcessGroup};
+use crate::interrupt;
+use crate::work::PyWork;
+
+#[pyclass(module = "rustdist._core", name = "Window", frozen)]
+pub struct PyWindow {
+    pg: Arc<ProcessGroup>,
+    window: Window,
+    /// Every rank's registration as `put_now` checks it: (element count, dtype code, bytes
+    /// per element), set once by the Python layer.
+    targets: OnceLock<Vec<(usize, u8, usize)>>,
+}
+
+fn run(keep: Option<Py<PyAny>>, sync: bool) -> Run {
+    match (sync, keep) {
+        (true, _) => Run::Sync,
+        (false, Some(keep)) => Run::Async(Some(Box::new(keep))),
+        (false, None) => Run::detached(),
+    }
+}
+
+fn started(work: Option<rustdist_core::Work>) -> Option<PyWork> {
+    work.map(PyWork::from)
+}
+
+#[pymethods]
+impl PyWindow {
+    /// Registers `nbytes` bytes of window memory on every rank of `group` (collective),
+    /// holding the `nbytes` bytes at `ptr` (the caller keeps them alive for the call); returns
+    /// the window and each rank's `meta` bytes.
+    #[staticmethod]
+    fn register(
+        py: Python<'_>,
+        group: &PyProcessGroup,
+        ptr: usize,
+        nbytes: usize,
+        meta: Vec<u8>,
+    ) -> CoreResult<(PyWindow, Vec<Py<PyBytes>>)> {
+        let pg = group.core();
+        let core = pg.clone();
+        let initial: &[u8] = if nbytes == 0 {
+            &[]
+        } else {
+            // SAFETY: the Python layer passes the data pointer of a live contiguous tensor of
+            // `nbytes` bytes, which it holds until this call returns.
+            unsafe { std::slice::from_raw_parts(ptr as *const u8, nbytes) }
+        };
+        let (window, metas) =
+            interrupt::blocking(py, move || core.register_window(initial, &meta))?;
+        let metas = metas.iter().map(|m| PyBytes::new(py, m).unbind()).collect();
+        let targets = OnceLock::new();
+        Ok((
+            PyWindow {
+                pg,
+                window,
+                targets,
+            },
+            metas,
+        ))
+    }
+
+    /// The address where rank `rank`'s registered bytes are mapped in this process.
+    fn address(&self, rank: usize) -> usize {
+        self.window.memory(rank).data() as usize
+    }
+
+    /// How many bytes rank `rank` registered.
+    fn nbytes(&self, rank: usize) -> usize {
+        self.window.memory(rank).bytes()
+    }
+
+    /// Sets every rank's (element count, dtype code, bytes per element), which `put_now`
+    /// checks puts against; once.
+    fn set_targets(&self, targets: Vec<(usize, u8, usize)>) {
+        let _ = self.targets.set(targets);
+    }
+
+    /// A synchronous put of `tensor` (a plain contiguous CPU torch tensor or a C-contiguous
+    /// buffer such as a numpy array) into rank `dst`'s window at element `offset`, without the
+    /// Python layer: False, having done nothing, when the call is not that simple or its
+    /// checks fail (the Python layer then runs it, or raises the error).
+    fn put_now(
+        &self,
+        py: Python<'_>,
+        tensor: &Bound<'_, PyAny>,
+        dst: isize,
+        offset: isize,
+    ) -> CoreResult<bool> {
+        let (Some(targets), Ok(dst), Ok(offset)) = (
+            self.targets.get(),
+            usize::try_from(dst),
+            usize::try_from(offset),
+        ) else {
+            return Ok(false);
+        };
+        let Some(&(target_numel, target_code, itemsize)) = targets.get(dst) else {
+            return Ok(false);
+        };
+        let Some((ptr, numel, code)) =
+            crate::fast::cpu_dense(tensor).or_else(|| crate::buffer::contiguous(tensor))
+        else {
+            return Ok(false);
+        };
+        if code != target_code
+            || offset
+                .checked_add(numel)
+                .is_none_or(|end| end > target_numel)
+        {
+            return Ok(false);
+        }
+        // SAFETY: `ptr` addresses `numel` elements of `code` in `tensor`, which the caller
+        // holds for this synchronous call.
+        let src = unsafe { Tensor::new(ptr as *mut u8, DType::from_code(code)?, numel) };
+        let (pg, window) = (&self.pg, &self.window);
+        interrupt::blocking(py, move || {
+            pg.window_put(window, src, dst, offset * itemsize, Run::Sync)
+        })?;
+        Ok(true)
+    }
+
+    /// Ends the registration on every rank (collective).
+    fn deregister(&self, py: Python<'_>) -> CoreResult<()> {
+        let (pg, window) = (&self.pg, &self.window);
+        Ok(interrupt::blocking(py, move || {
+            pg.deregister_window(window)
+        })?)
+    }
+
+    #[pyo3(signature = (ptr, numel, dtype, dst, offset_bytes, keep, sync = false))]
+    #[allow(clippy::too_many_arguments)]
+    fn put(
+        &self,
+        py: Python<'_>,
+        ptr: usize,
+        numel: usize,
+        dtype: u8,
+        dst: usize,
+        offset_bytes: usize,
+        keep: Py<PyAny>,
+        sync: bool,
+    ) -> CoreResult<Option<PyWork>> {
+        let dtype = DType::from_code(dtype)?;
+        // SAFETY: the Python layer passes the data pointer of a live contiguous tensor of
+        // `numel` elements of `dtype`, held by the Work (`keep`) until completion.
+        let src = unsafe { Tensor::new(ptr as *mut u8, dtype, numel) };
+        let (pg, window, how) = (&self.pg, &self.window, run(Some(keep), sync));
+        flight::note_stack(py);
+        Ok(started(interrupt::blocking(py, move || {
+            pg.window_put(window, src, dst, offset_bytes, how)
+        })?))
+    }
+
+    #[pyo3(signature = (dst, sync = false))]
+    fn signal(&self, py: Python<'_>, dst: usize, sync: bool) -> CoreResult<Option<PyWork>> {
+        let (pg, window, how) = (&self.pg, &self.window, run(None, sync));
+        flight::note_stack(py);
+        Ok(started(interrupt::blocking(py, move || {
+            pg.window_signal(window, dst, how)
+        })?))
+    }
+
+    /// Waits for rank `src`'s next signal, within `timeout` seconds (None: the group's).
+    #[pyo3(signature = (src, timeout = None, sync = false))]
+    fn wait_signal(
+        &self,
+        py: Python<'_>,
+        src: usize,
+        timeout: Option<f64>,
+        sync: bool,
+    ) -> PyResult<Option<PyWork>> {
+        let timeout = timeout.map(timeout_from_secs).transpose()?;
+        let (pg, window, how) = (&self.pg, &self.window, run(None, sync));
+        flight::note_stack(py);
+        let work =
+            interrupt::blocking(py, move || pg.window_wait_signal(window, src, timeout, how));
+        Ok(started(work.map_err(crate::error::PyDistError::from)?))
+    }
+}

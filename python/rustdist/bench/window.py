@@ -1,0 +1,84 @@
+"""``python -m rustdist.bench --window``: one-sided puts through a rustdist window beside Open
+MPI's RMA (``MPI.Win.Allocate``, ``Put``, ``Flush``, passive target), and a put+signal round
+trip beside rustdist's matched send/recv, in the same processes (one ``mpirun`` job per world;
+``window_rank.py`` is the rank). Windows hold ranks of one host (shared memory, UNIFIED
+access): that is what this measures."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from typing import Any
+
+from .common import fmt_size, write_json
+from .launch import free_port
+
+DEFAULT_WORLDS = [2, 4]
+RUN_TIMEOUT_S = 900
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--window", action="store_true",
+                   help="one-sided windows: rustdist's put beside Open MPI's MPI_Put (latency "
+                        "8 B - 64 KiB, bandwidth 64 KiB - 64 MiB) and put+signal beside "
+                        "send/recv (worlds 2 4, one host; needs mpirun and mpi4py)")
+
+
+def _world(world: int, quick: bool) -> dict[str, Any]:
+    """One mpirun job of `world` ranks; the results rank 0 wrote."""
+    with tempfile.TemporaryDirectory(prefix="rustdist-window-") as tmp:
+        out = os.path.join(tmp, "rows.json")
+        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+                   OMP_NUM_THREADS="1")
+        cmd = [shutil.which("mpirun") or "mpirun", "--allow-run-as-root", "--oversubscribe",
+               "-np", str(world), "-x", "MASTER_ADDR", "-x", "MASTER_PORT",
+               "-x", "OMP_NUM_THREADS", *(["-x", "PYTHONPATH"] if "PYTHONPATH" in env else []),
+               sys.executable, "-m", "rustdist.bench.window_rank", out,
+               *(["--quick"] if quick else [])]
+        done = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL, timeout=RUN_TIMEOUT_S)
+        if done.returncode != 0:
+            raise RuntimeError(f"world {world}: mpirun exited with {done.returncode}")
+        with open(out, encoding="utf-8") as f:
+            return json.load(f)
+
+
+def rows(result: dict[str, Any]) -> list[str]:
+    """The printed table of one world."""
+    w = result["world"]
+    lines = [f"world {w}: put latency (us, origin side, put + completion)",
+             f"  {'size':>8} {'rustdist':>10} {'Open MPI':>10} {'MPI/ours':>9}"]
+    for r in result["latency"]:
+        lines.append(f"  {fmt_size(r['bytes']):>8} {r['rustdist_us']:>10.2f} "
+                     f"{r['mpi_us']:>10.2f} {r['mpi_us'] / r['rustdist_us']:>8.2f}x")
+    lines += [f"world {w}: put bandwidth (GB/s, puts back to back, then completion)",
+              f"  {'size':>8} {'rustdist':>10} {'Open MPI':>10} {'ours/MPI':>9}"]
+    for r in result["bandwidth"]:
+        lines.append(f"  {fmt_size(r['bytes']):>8} {r['rustdist_gbps']:>10.2f} "
+                     f"{r['mpi_gbps']:>10.2f} {r['rustdist_gbps'] / r['mpi_gbps']:>8.2f}x")
+    lines += [f"world {w}: round trip (us): put+signal, answered the same way, beside a "
+              "matched send/recv ping-pong",
+              f"  {'size':>8} {'put+signal':>10} {'send/recv':>10} {'s-r/ours':>9}"]
+    for r in result["round_trip"]:
+        lines.append(f"  {fmt_size(r['bytes']):>8} {r['put_signal_us']:>10.2f} "
+                     f"{r['send_recv_us']:>10.2f} "
+                     f"{r['send_recv_us'] / r['put_signal_us']:>8.2f}x")
+    return lines
+
+
+def window_run(args: argparse.Namespace, mach: dict[str, Any]) -> int:
+    """Every world of ``--world`` (default 2 4), printed and written to ``--json``."""
+    print(f"one-sided windows | rustdist {mach['rustdist']} | {mach.get('mpi', 'Open MPI')} | "
+          f"{mach['cpu']} | {mach['usable_cores']}/{mach['cores']} cores")
+    results = []
+    for world in args.world:
+        result = _world(world, args.quick)
+        results.append(result)
+        print("\n".join(rows(result)), flush=True)
+    write_json(args.json, {"machine": mach, "mode": "window", "quick": args.quick,
+                           "window": results})
+    return 0

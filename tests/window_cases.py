@@ -1,0 +1,194 @@
+"""Cases for tests/test_window.py: torch 2.14's one-sided windows (``_new_window``,
+``Window.tensor_register``, ``put``, ``signal``, ``wait_signal``, ``map_remote_tensor``) on the
+shared worlds, through the harness's door. Every case makes its windows and deregisters them
+before it returns. Groups whose ranks do not all share one host (``RUSTDIST_SHM=0``, the test
+hosts) answer ``_supports_window()`` False and refuse ``_new_window``: the cases check that
+instead there."""
+
+from __future__ import annotations
+
+import os
+import types
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+import torch
+
+from dist_cases import DTYPES, check, expect_raises, gen
+
+#: Elements each rank's window holds: a block of BLOCK per source rank (worlds up to 4),
+#: offset by one so that no put starts on element 0.
+BLOCK = 5
+NUMEL = 1 + 4 * BLOCK
+
+
+def _unsupported(dist: Any) -> bool:
+    """True (after checking the refusal) where the group's ranks do not share one host."""
+    if dist._supports_window():
+        return False
+    expect_raises(RuntimeError, "one host", dist._new_window, "a window on a group across hosts")
+    return True
+
+
+def _data(dtype: torch.dtype, n: int, who: int, seed: int) -> torch.Tensor:
+    """Full-range data of `who` (complex: pairs of float32)."""
+    if dtype.is_complex:
+        return torch.view_as_complex(gen("any", torch.float32, (n, 2), who, seed))
+    return gen("any", dtype, (n,), who, seed)
+
+
+def _source_block(dtype: torch.dtype, src: int, dst: int, seed: int) -> torch.Tensor:
+    return _data(dtype, BLOCK, 10 * src + dst, seed)
+
+
+def _expected(dtype: torch.dtype, owner: int, world: int, seed: int) -> torch.Tensor:
+    """Rank `owner`'s window after every rank put its block there: its own start values,
+    each source's block at 1 + source * BLOCK."""
+    want = _data(dtype, NUMEL, owner, seed + 1)
+    for src in range(world):
+        want[1 + src * BLOCK:1 + (src + 1) * BLOCK] = _source_block(dtype, src, owner, seed)
+    return want
+
+
+def case_window_put_signal(dist: Any, rank: int, world: int, dtype: str, async_op: bool,
+                           seed: int = 0) -> None:
+    """Every rank puts a block into every rank's window (itself included) at its own offset,
+    signals each, then waits for every rank's signal: each window holds exactly the blocks
+    and the start values elsewhere; ``map_remote_tensor`` shows every peer's the same."""
+    if _unsupported(dist):
+        return
+    dt = DTYPES[dtype] if dtype in DTYPES else getattr(torch, dtype)
+    mine = _data(dt, NUMEL, rank, seed + 1)
+    window = dist._new_window(mine)
+    sources = [_source_block(dt, rank, dst, seed) for dst in range(world)]
+    works = [window.put(sources[dst], dst, 1 + rank * BLOCK, async_op) for dst in range(world)]
+    works += [window.signal(dst, async_op) for dst in range(world)]
+    works += [window.wait_signal(src, async_op) for src in range(world)]
+    for work in works:
+        work.wait()
+    check(mine, _expected(dt, rank, world, seed), f"rank {rank}'s window after the puts")
+    attr = window.get_attr((rank + 1) % world)
+    assert attr.access_type.name == "UNIFIED", attr.access_type
+    for peer in range(world):
+        check(window.map_remote_tensor(peer), _expected(dt, peer, world, seed),
+              f"rank {peer}'s window mapped on rank {rank}")
+    dist.barrier()  # nobody deregisters while a peer still reads its window
+    window.tensor_deregister()
+
+
+def case_window_write_through_map(dist: Any, rank: int, world: int) -> None:
+    """UNIFIED access: a rank writes into the next rank's window through
+    ``map_remote_tensor`` and signals; the next rank sees the values in its tensor, and rounds
+    repeat over one window (signals counted, not lost)."""
+    if _unsupported(dist):
+        return
+    window = dist._new_window()
+    mine = torch.zeros(4, dtype=torch.int64)
+    window.tensor_register(mine)
+    nxt, prv = (rank + 1) % world, (rank - 1) % world
+    remote = window.map_remote_tensor(nxt)
+    for round_ in range(50):
+        remote[round_ % 4] = 1000 * round_ + rank
+        window.signal(nxt, False)
+        window.wait_signal(prv, False)
+        assert int(mine[round_ % 4]) == 1000 * round_ + prv, (round_, mine)
+    dist.barrier()
+    window.tensor_deregister()
+
+
+def case_window_numpy(dist: Any, rank: int, world: int) -> None:
+    """Numpy arrays on the import-swap door: puts land in the window, which the owner reads
+    through ``map_remote_tensor(own rank)`` (an array cannot move into shared memory)."""
+    if _unsupported(dist):
+        return
+    mine = np.full(NUMEL, -1.0, dtype=np.float64)
+    window = dist._new_window(mine)
+    for dst in range(world):
+        block = np.arange(BLOCK, dtype=np.float64) + 100 * rank + dst
+        window.put(block, dst, 1 + rank * BLOCK, False)
+        window.signal(dst, False)
+    for src in range(world):
+        window.wait_signal(src, False)
+    got = window.map_remote_tensor(rank)
+    assert isinstance(got, np.ndarray) and got.dtype == np.float64, type(got)
+    want = np.full(NUMEL, -1.0)
+    for src in range(world):
+        want[1 + src * BLOCK:1 + (src + 1) * BLOCK] = np.arange(BLOCK) + 100 * src + rank
+    np.testing.assert_array_equal(got, want)
+    dist.barrier()
+    window.tensor_deregister()
+
+
+def case_window_misuse(dist: Any, rank: int, world: int) -> None:
+    """Bad calls raise, naming what is wrong, and write nothing: a put past the end, of the
+    wrong dtype, to a rank out of range, before registering and after deregistering; a second
+    registration; a wait for a signal that never comes times out."""
+    if _unsupported(dist):
+        return
+    window = dist._new_window()
+    block = torch.ones(BLOCK)
+    expect_raises(RuntimeError, "no tensor is registered", lambda: window.put(block, 0, 0, False),
+                  "a put before tensor_register")
+    mine = torch.zeros(NUMEL)
+    window.tensor_register(mine)
+    expect_raises(RuntimeError, "already registered", lambda: window.tensor_register(mine),
+                  "a second tensor_register")
+    expect_raises(ValueError, "does not fit", lambda: window.put(block, 0, NUMEL - 2, False),
+                  "a put past the end of the window")
+    expect_raises(ValueError, "does not fit", lambda: window.put(block, 0, -1, False),
+                  "a put at a negative offset")
+    expect_raises(TypeError, "dtypes must match",
+                  lambda: window.put(block.double(), 0, 0, False), "a put of another dtype")
+    expect_raises(ValueError, "out of range", lambda: window.put(block, world, 0, False),
+                  "a put to a rank out of range")
+    expect_raises(ValueError, "out of range", lambda: window.signal(-1, False),
+                  "a signal to a rank out of range")
+    opts = types.SimpleNamespace(timeout=timedelta(milliseconds=200), hints={})
+    expect_raises(Exception, "timed out", lambda: window.wait_signal(0, False, opts),
+                  "a wait for a signal nobody sent")
+    dist.barrier()
+    check(mine, torch.zeros(NUMEL), "a window no valid put reached")
+    window.tensor_deregister()
+    expect_raises(RuntimeError, "no tensor is registered", lambda: window.put(block, 0, 0, False),
+                  "a put after tensor_deregister")
+
+
+def _resources() -> tuple[int, int, int]:
+    shm = len([n for n in os.listdir("/dev/shm") if n.startswith(f"rustdist-w-{os.getpid()}-")])
+    return shm, len(os.listdir("/proc/self/fd")), len(os.listdir("/proc/self/task"))
+
+
+def case_window_churn(dist: Any, rank: int, world: int, windows: int) -> dict[str, Any]:
+    """`windows` windows made, used and deregistered in turn: this process's /dev/shm
+    entries, fds and threads after the last equal those after the first."""
+    if _unsupported(dist):
+        return {}
+    seen = []
+    for i in range(windows):
+        mine = torch.zeros(64, dtype=torch.int32)
+        window = dist._new_window(mine)
+        window.put(torch.full((1,), i, dtype=torch.int32), (rank + 1) % world, rank, False)
+        window.signal((rank + 1) % world, False)
+        window.wait_signal((rank - 1) % world, False)
+        assert int(mine[(rank - 1) % world]) == i, (i, mine)
+        window.tensor_deregister()
+        del window, mine
+        if i in (0, windows - 1):
+            seen.append(_resources())
+    assert seen[0] == seen[1], f"after window 1 and window {windows}: {seen}"
+    return {"shm_fds_threads": seen[1]}
+
+
+def case_window_dead_peer(dist: Any, rank: int, world: int, victim: int) -> str:
+    """Rank `victim` exits once the window is made; every other rank waits for its signal
+    and must get an error naming it (within the group's timeout, not hang)."""
+    if _unsupported(dist):
+        return "unsupported"
+    window = dist._new_window(torch.zeros(4))
+    if rank == victim:
+        os._exit(1)
+    error = expect_raises(Exception, "", lambda: window.wait_signal(victim, False),
+                          "a wait for a dead peer's signal")
+    assert f"rank {victim}" in str(error) or f"{victim}" in str(error), error
+    return str(error)
