@@ -3,7 +3,8 @@ ZeroRedundancyOptimizer; FSDP2 with a torch.distributed.checkpoint save and load
 DeviceMesh with DTensor tensor parallelism), each run as written for torch.distributed on
 gloo (once per world) and with only its import line swapped to ``import rustdist as dist``
 under torchrun and under mp.spawn, at world 2 and 4. Every rank's final parameters must
-agree with gloo's to 1e-6."""
+agree with gloo's to 1e-6. Also examples/window_kv_handoff.py (one-sided windows) under
+torchrun, through both doors."""
 
 from __future__ import annotations
 

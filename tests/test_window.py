@@ -7,6 +7,7 @@ refusal instead. Cases in window_cases.py."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable
 
 import pytest
@@ -34,8 +35,10 @@ def test_put_signal_wait_every_dtype(worlds: Callable[[int], World], world: int)
 
 
 @pytest.mark.parametrize("world", [2, 3, 4])
-def test_writes_through_a_mapped_peer_tensor(worlds: Callable[[int], World], world: int) -> None:
-    worlds(world).run("window_cases:window_write_through_map")
+def test_writes_through_a_mapped_peer_tensor(worlds: Callable[[int], World], world: int,
+                                              tmp_path: Path) -> None:
+    worlds(world).run("window_cases:window_write_through_map",
+                      dump_prefix=str(tmp_path / "window-trace-"))
 
 
 @pytest.mark.skipif(IS_TORCH, reason="numpy arrays go through the import-swap door only")

@@ -77,10 +77,15 @@ def case_window_put_signal(dist: Any, rank: int, world: int, dtype: str, async_o
     window.tensor_deregister()
 
 
-def case_window_write_through_map(dist: Any, rank: int, world: int) -> None:
+def case_window_write_through_map(dist: Any, rank: int, world: int, dump_prefix: str) -> None:
     """UNIFIED access: a rank writes into the next rank's window through
     ``map_remote_tensor`` and signals; the next rank sees the values in its tensor, and rounds
-    repeat over one window (signals counted, not lost)."""
+    repeat over one window (signals counted, not lost). The flight recorder lists the
+    signals and waits with their peers."""
+    import pickle
+
+    from rustdist import flight_recorder
+
     if _unsupported(dist):
         return
     window = dist._new_window()
@@ -93,6 +98,10 @@ def case_window_write_through_map(dist: Any, rank: int, world: int) -> None:
         window.signal(nxt, False)
         window.wait_signal(prv, False)
         assert int(mine[round_ % 4]) == 1000 * round_ + prv, (round_, mine)
+    with open(flight_recorder.dump(dump_prefix), "rb") as f:
+        names = [e["profiling_name"] for e in pickle.load(f)["entries"]]
+    for op, pair in (("signal", f"{rank}->{nxt}"), ("wait_signal", f"{prv}->{rank}")):
+        assert any(n.endswith(f":{op} {pair}") for n in names), (op, pair, names[-6:])
     dist.barrier()
     window.tensor_deregister()
 

@@ -15,6 +15,7 @@ import sys
 import tempfile
 from typing import Any
 
+from . import plot
 from .common import fmt_size, write_json
 from .launch import free_port
 
@@ -81,4 +82,37 @@ def window_run(args: argparse.Namespace, mach: dict[str, Any]) -> int:
         print("\n".join(rows(result)), flush=True)
     write_json(args.json, {"machine": mach, "mode": "window", "quick": args.quick,
                            "window": results})
+    if plot.available():
+        print(f"plot: {write_plot(results, args.json, mach['cpu'])}")
     return 0
+
+
+def write_plot(results: list[dict[str, Any]], json_path: str, title: str) -> str:
+    """One PNG beside the JSON (``<stem>-window.png``): put latency, put bandwidth and the
+    round trips against size, a line per library (and world)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(15, 4.5), layout="constrained")
+    panels = fig.subplots(1, 3)
+    series = [("latency", "put latency (us)", [("rustdist_us", "rustdist put"),
+                                                ("mpi_us", "Open MPI Put+Flush")]),
+              ("bandwidth", "put bandwidth (GB/s)", [("rustdist_gbps", "rustdist put"),
+                                                     ("mpi_gbps", "Open MPI Put, Flush")]),
+              ("round_trip", "round trip (us)", [("put_signal_us", "rustdist put+signal"),
+                                                 ("send_recv_us", "rustdist send/recv")])]
+    for ax, (kind, label, lines) in zip(panels, series):
+        for result in results:
+            rows = result[kind]
+            sizes = [r["bytes"] for r in rows]
+            for key, name in lines:
+                ax.plot(sizes, [r[key] for r in rows], marker="o",
+                        label=f"{name}, world {result['world']}")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(sizes, [fmt_size(s) for s in sizes], rotation=45)
+        ax.set_ylabel(label)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"one-sided windows on one host: rustdist vs Open MPI RMA\n{title}")
+    path = plot.plot_path(json_path, "window")
+    fig.savefig(path, dpi=110)
+    return path

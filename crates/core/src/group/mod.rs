@@ -14,9 +14,11 @@
 //! use none of the others; `worker` (the job queue, and the worker thread that serves it)
 //! uses `engine`; this file (the [`ProcessGroup`] itself: construction, issuing operations,
 //! shutdown and abort) uses `engine`, `worker`, `reduction` and `blocks`; `collectives` (each
-//! collective's entry point) and `p2p` (point-to-point operations) add methods to
-//! [`ProcessGroup`] and use this file, `engine`, `reduction` and `blocks`, and nothing uses
-//! them. Every path stays `group::X`: this file re-exports the public surface.
+//! collective's entry point), `p2p` (point-to-point operations) and `window` (one-sided
+//! windows on one host) add methods to [`ProcessGroup`] and use this file, `engine`,
+//! `reduction` and `blocks` (`window` also calls the all_gather and barrier of
+//! `collectives`), and nothing uses them but this file's re-exports. Every path stays
+//! `group::X`: this file re-exports the public surface.
 
 mod blocks;
 mod collectives;
