@@ -22,7 +22,7 @@ pytest.importorskip("torch")
 
 import rustdist._core as core  # noqa: E402
 from rustdist.bench import (  # noqa: E402
-    cli, deepspeed_shm, launch, plot, recovery, selection, soak, vs_deepspeed,
+    cli, deepspeed_shm, launch, plot, recovery, selection, soak, vs_deepspeed, window,
 )
 from rustdist.bench.common import (  # noqa: E402
     DEEPSPEED_SIZES, DTYPE_BYTES, OPS, SIZES, Config, bound_core, expected, fmt_size,
@@ -147,6 +147,41 @@ def test_recovery_options() -> None:
     assert (args.recovery_api, args.world) == ("shrink_group", [2, 3, 4])
     with pytest.raises(SystemExit):
         cli.parse_args(["--recovery", "--link", "1gbit"])
+
+
+def test_window_options() -> None:
+    """--window runs worlds 2 and 4 by default, and no other mode with it."""
+    args = cli.parse_args(["--window"])
+    assert (args.mode, args.world) == ("window", [2, 4])
+    for bad in (["--window", "--vs", "mpi"], ["--window", "--soak"],
+                ["--window", "--link", "1gbit"], ["--window", "--recovery"]):
+        with pytest.raises(SystemExit):
+            cli.parse_args(bad)
+
+
+_WINDOW_RESULT = {
+    "world": 2,
+    "latency": [{"bytes": 8, "rustdist_us": 0.3, "mpi_us": 0.45}],
+    "bandwidth": [{"bytes": 65536, "rustdist_gbps": 30.0, "mpi_gbps": 20.0}],
+    "round_trip": [{"bytes": 8, "put_signal_us": 2.0, "send_recv_us": 16.0}],
+}
+
+
+def test_window_table_ratios() -> None:
+    """The --window table: each row with both sides and their ratio."""
+    lines = window.rows(_WINDOW_RESULT)
+    assert any(line.split() == ["8", "B", "0.30", "0.45", "1.50x"] for line in lines), lines
+    assert any(line.split() == ["64", "KiB", "30.00", "20.00", "1.50x"] for line in lines)
+    assert any(line.split() == ["8", "B", "2.00", "16.00", "8.00x"] for line in lines)
+
+
+@pytest.mark.timeout(60)
+def test_window_plot(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason=plot.MISSING)
+    path = window.write_plot([_WINDOW_RESULT], str(tmp_path / "w.json"), "test")
+    assert path == str(tmp_path / "w-window.png")
+    with open(path, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.timeout(120)
