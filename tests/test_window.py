@@ -61,3 +61,7 @@ def test_a_dead_peer_is_named_on_its_waiters(short_world: Callable[..., World]) 
     world.submit("window_cases:window_dead_peer", victim=2)
     errors = world.collect([0, 1], "window_cases:window_dead_peer", timeout=60)
     assert all(e == "unsupported" or "rank 2" in e for e in errors), errors
+
+
+def test_a_destroyed_group_s_window_refuses_work(short_world: Callable[..., World]) -> None:
+    short_world(2).run("window_cases:window_after_destroy")

@@ -201,3 +201,16 @@ def case_window_dead_peer(dist: Any, rank: int, world: int, victim: int) -> str:
                           "a wait for a dead peer's signal")
     assert f"rank {victim}" in str(error) or f"{victim}" in str(error), error
     return str(error)
+
+
+def case_window_after_destroy(dist: Any, rank: int, world: int) -> None:
+    """A window outlives its group only as memory: after ``destroy_process_group`` every
+    operation raises saying the group was destroyed."""
+    if _unsupported(dist):
+        return
+    window = dist._new_window(torch.zeros(8))
+    dist.destroy_process_group()
+    for what, call in (("put", lambda: window.put(torch.ones(2), 0, 0, False)),
+                       ("signal", lambda: window.signal(0, False)),
+                       ("wait_signal", lambda: window.wait_signal(0, False))):
+        expect_raises(Exception, "destroyed", call, f"a {what} after destroy_process_group")
