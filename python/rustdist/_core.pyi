@@ -303,8 +303,8 @@ class Window:
     def set_targets(self, targets: list[tuple[int, int, int]]) -> None:
         """Sets every rank's (element count, dtype code, bytes per element), which
         :meth:`put_now` checks puts against; once."""
-    def put_now(self, tensor: object, dst: int, offset: int) -> bool:
-        """A synchronous put of `tensor` (a plain contiguous CPU torch tensor, or a
+    def put_now(self, obj: object, dst: int, offset: int) -> bool:
+        """A synchronous put of `obj` (a plain contiguous CPU torch tensor, or a
         C-contiguous buffer such as a numpy array) into rank `dst`'s window at element
         `offset`, without the Python layer; False, having done nothing, when the call is not
         that simple or its checks fail (the Python layer then runs it, or raises)."""

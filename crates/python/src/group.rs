@@ -45,7 +45,7 @@ impl PyProcessGroup {
     }
 }
 
-fn tensor(ptr: usize, numel: usize, dtype: u8) -> CoreResult<Tensor> {
+pub(crate) fn tensor(ptr: usize, numel: usize, dtype: u8) -> CoreResult<Tensor> {
     let dtype = DType::from_code(dtype)?;
     // SAFETY: the Python layer passes the data pointer of a live contiguous tensor of `numel`
     // elements of `dtype`, and hands a reference to it to the Work (`keep`) until completion.
@@ -58,7 +58,7 @@ fn keepalive(keep: Py<PyAny>) -> Option<Keepalive> {
 
 /// How an operation runs: synchronously (the caller holds its tensors), or with a Work that
 /// holds `keep` until it completes.
-fn how(keep: Py<PyAny>, sync: bool) -> Run {
+pub(crate) fn how(keep: Py<PyAny>, sync: bool) -> Run {
     if sync {
         Run::Sync
     } else {
@@ -77,8 +77,17 @@ pub(crate) fn timeout_from_secs(secs: f64) -> PyResult<Duration> {
     Ok(Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX))
 }
 
+/// How an operation without buffers runs: synchronously, or with a Work.
+pub(crate) fn bufferless(sync: bool) -> Run {
+    if sync {
+        Run::Sync
+    } else {
+        Run::detached()
+    }
+}
+
 /// The Work of an operation started asynchronously, None for a synchronous one.
-fn started(work: Option<rustdist_core::Work>) -> CoreResult<Option<PyWork>> {
+pub(crate) fn started(work: Option<rustdist_core::Work>) -> CoreResult<Option<PyWork>> {
     Ok(work.map(PyWork::from))
 }
 
@@ -382,7 +391,7 @@ impl PyProcessGroup {
     #[pyo3(signature = (sync = false))]
     pub(crate) fn barrier(&self, py: Python<'_>, sync: bool) -> CoreResult<Option<PyWork>> {
         let pg = &self.pg;
-        let run = if sync { Run::Sync } else { Run::detached() };
+        let run = bufferless(sync);
         flight::note_stack(py);
         started(interrupt::blocking(py, move || pg.barrier(run))?)
     }

@@ -7,12 +7,11 @@ use std::sync::{Arc, OnceLock};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use rustdist_core::group::{Run, Window};
-use rustdist_core::tensor::Tensor;
-use rustdist_core::{DType, ProcessGroup};
+use rustdist_core::ProcessGroup;
 
 use crate::error::CoreResult;
 use crate::flight;
-use crate::group::{timeout_from_secs, PyProcessGroup};
+use crate::group::{bufferless, how, started, tensor, timeout_from_secs, PyProcessGroup};
 use crate::interrupt;
 use crate::work::PyWork;
 
@@ -23,18 +22,6 @@ pub struct PyWindow {
     /// Every rank's registration as `put_now` checks it: (element count, dtype code, bytes
     /// per element), set once by the Python layer.
     targets: OnceLock<Vec<(usize, u8, usize)>>,
-}
-
-fn run(keep: Option<Py<PyAny>>, sync: bool) -> Run {
-    match (sync, keep) {
-        (true, _) => Run::Sync,
-        (false, Some(keep)) => Run::Async(Some(Box::new(keep))),
-        (false, None) => Run::detached(),
-    }
-}
-
-fn started(work: Option<rustdist_core::Work>) -> Option<PyWork> {
-    work.map(PyWork::from)
 }
 
 #[pymethods]
@@ -89,14 +76,14 @@ impl PyWindow {
         let _ = self.targets.set(targets);
     }
 
-    /// A synchronous put of `tensor` (a plain contiguous CPU torch tensor or a C-contiguous
+    /// A synchronous put of `obj` (a plain contiguous CPU torch tensor or a C-contiguous
     /// buffer such as a numpy array) into rank `dst`'s window at element `offset`, without the
     /// Python layer: False, having done nothing, when the call is not that simple or its
     /// checks fail (the Python layer then runs it, or raises the error).
     fn put_now(
         &self,
         py: Python<'_>,
-        tensor: &Bound<'_, PyAny>,
+        obj: &Bound<'_, PyAny>,
         dst: isize,
         offset: isize,
     ) -> CoreResult<bool> {
@@ -111,7 +98,7 @@ impl PyWindow {
             return Ok(false);
         };
         let Some((ptr, numel, code)) =
-            crate::fast::cpu_dense(tensor).or_else(|| crate::buffer::contiguous(tensor))
+            crate::fast::cpu_dense(obj).or_else(|| crate::buffer::contiguous(obj))
         else {
             return Ok(false);
         };
@@ -122,9 +109,8 @@ impl PyWindow {
         {
             return Ok(false);
         }
-        // SAFETY: `ptr` addresses `numel` elements of `code` in `tensor`, which the caller
-        // holds for this synchronous call.
-        let src = unsafe { Tensor::new(ptr as *mut u8, DType::from_code(code)?, numel) };
+        // `obj` (read above) stays alive for this synchronous call.
+        let src = tensor(ptr, numel, code)?;
         let (pg, window) = (&self.pg, &self.window);
         interrupt::blocking(py, move || {
             pg.window_put(window, src, dst, offset * itemsize, Run::Sync)
@@ -153,24 +139,21 @@ impl PyWindow {
         keep: Py<PyAny>,
         sync: bool,
     ) -> CoreResult<Option<PyWork>> {
-        let dtype = DType::from_code(dtype)?;
-        // SAFETY: the Python layer passes the data pointer of a live contiguous tensor of
-        // `numel` elements of `dtype`, held by the Work (`keep`) until completion.
-        let src = unsafe { Tensor::new(ptr as *mut u8, dtype, numel) };
-        let (pg, window, how) = (&self.pg, &self.window, run(Some(keep), sync));
+        let src = tensor(ptr, numel, dtype)?;
+        let (pg, window, run) = (&self.pg, &self.window, how(keep, sync));
         flight::note_stack(py);
-        Ok(started(interrupt::blocking(py, move || {
-            pg.window_put(window, src, dst, offset_bytes, how)
-        })?))
+        started(interrupt::blocking(py, move || {
+            pg.window_put(window, src, dst, offset_bytes, run)
+        })?)
     }
 
     #[pyo3(signature = (dst, sync = false))]
     fn signal(&self, py: Python<'_>, dst: usize, sync: bool) -> CoreResult<Option<PyWork>> {
-        let (pg, window, how) = (&self.pg, &self.window, run(None, sync));
+        let (pg, window, run) = (&self.pg, &self.window, bufferless(sync));
         flight::note_stack(py);
-        Ok(started(interrupt::blocking(py, move || {
-            pg.window_signal(window, dst, how)
-        })?))
+        started(interrupt::blocking(py, move || {
+            pg.window_signal(window, dst, run)
+        })?)
     }
 
     /// Waits for rank `src`'s next signal, within `timeout` seconds (None: the group's).
@@ -183,10 +166,10 @@ impl PyWindow {
         sync: bool,
     ) -> PyResult<Option<PyWork>> {
         let timeout = timeout.map(timeout_from_secs).transpose()?;
-        let (pg, window, how) = (&self.pg, &self.window, run(None, sync));
+        let (pg, window, run) = (&self.pg, &self.window, bufferless(sync));
         flight::note_stack(py);
         let work =
-            interrupt::blocking(py, move || pg.window_wait_signal(window, src, timeout, how));
-        Ok(started(work.map_err(crate::error::PyDistError::from)?))
+            interrupt::blocking(py, move || pg.window_wait_signal(window, src, timeout, run));
+        Ok(started(work.map_err(crate::error::PyDistError::from)?)?)
     }
 }
