@@ -73,6 +73,12 @@ def transfer(hosts: _netns.Hosts, src: int, dst: int, nbytes: int, nic: int = 0)
         server.wait()
 
 
+def quickest(hosts: _netns.Hosts, src: int, dst: int, nbytes: int, tries: int = 3) -> float:
+    """The fastest of `tries` transfers: an unshaped link's time, with the scheduling delays of a
+    loaded machine (which only ever add time) mostly left out."""
+    return min(transfer(hosts, src, dst, nbytes)[2] for _ in range(tries))
+
+
 @pytest.fixture(scope="module")
 def two_nics() -> Iterator[_netns.Hosts]:
     """Two hosts with eth0 (10.77.0.0/24) and eth1 (10.78.0.0/24) each."""
@@ -133,31 +139,34 @@ def test_link_rate_is_shaped() -> None:
     """A 50 Mbit/s link moves 2.5 MB in no less than ~0.4 s; unshaped it is much faster."""
     with _netns.Hosts(2) as hosts:
         nbytes = 2_500_000
-        _, _, fast = transfer(hosts, 1, 0, nbytes)
+        fast = quickest(hosts, 1, 0, nbytes)
         hosts.shape(rate="50mbit", hosts=[1])
         _, _, slow = transfer(hosts, 1, 0, nbytes)
         assert slow >= 0.35, f"shaped transfer took {slow:.3f} s"
         assert fast < slow / 2, f"unshaped {fast:.3f} s vs shaped {slow:.3f} s"
         hosts.shape(hosts=[1])  # unshaped again
-        _, _, again = transfer(hosts, 1, 0, nbytes)
+        again = quickest(hosts, 1, 0, nbytes)
         assert again < slow / 2, again
 
 
 def test_link_delay() -> None:
-    """A 20 ms delay on each host's egress adds ~40 ms to a round trip, with a rate limit on top
-    (netem, or where the kernel has none the delay line); undelaying some hosts leaves the
-    others delayed, and closing the hosts stops the delay line."""
+    """A 20 ms delay on each host's egress makes a round trip take at least 40 ms, with a rate
+    limit on top (netem, or where the kernel has none the delay line); undelaying some hosts
+    leaves the others delayed, and closing the hosts stops the delay line. The delays are floors:
+    a loaded machine can only add to them, so the test checks floors, and ceilings only on the
+    quickest of a few tries."""
     with _netns.Hosts(3) as hosts:
-        _, _, base = transfer(hosts, 1, 0, 10)
+        base = quickest(hosts, 1, 0, 10)
+        assert base < 0.02, f"an unshaped round trip took {base:.3f} s"
         hosts.shape(delay_ms=20, rate="50mbit")
         _, _, delayed = transfer(hosts, 1, 0, 10)
-        assert delayed - base >= 0.035, (base, delayed)
+        assert delayed >= 0.039, f"a round trip through two 20 ms delays took {delayed:.3f} s"
         _, _, slow = transfer(hosts, 1, 0, 2_500_000)
         assert slow >= 0.35, f"a 2.5 MB transfer at 50 Mbit/s took {slow:.3f} s"
         hosts.shape(hosts=[0, 1])
-        _, _, undelayed = transfer(hosts, 1, 0, 10)
+        undelayed = quickest(hosts, 1, 0, 10)
         _, _, one_way = transfer(hosts, 2, 0, 10)
-        assert undelayed < delayed / 2, (undelayed, delayed)
+        assert undelayed < 0.02, f"undelayed again, a round trip took {undelayed:.3f} s"
         assert one_way >= 0.018, f"host 2's data is still 20 ms late: {one_way:.3f} s"
         tag = hosts.tag
     assert not [cmd for cmd in command_lines() if "rustdist._delayline" in cmd and tag in cmd]
