@@ -8,8 +8,8 @@ back with a signal. No matched send/recv, no copy through a staging slot.
 Ranks pair up: each even rank (prefill) feeds the next odd rank (decode). The decode rank's
 window holds ``--slots`` blocks; the prefill rank puts block i into slot i % slots once the
 decode rank has signalled that slot free. Every block is checked element by element, and
-the decode rank prints the handoff rate. The ranks must share one host (shared memory).
-With ``--torch-door`` the program uses torch.distributed's own ``_new_window`` on the
+the decode rank prints the handoff rate. On one host the window is shared memory (UNIFIED
+access); across hosts, or with RUSTDIST_SHM=0, the puts travel on the links (SEPARATE). With ``--torch-door`` the program uses torch.distributed's own ``_new_window`` on the
 "rustdist" backend; by default it swaps the import (``import rustdist as dist``).
 """
 

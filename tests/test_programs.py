@@ -98,9 +98,11 @@ def test_swapped_import_matches_gloo(tmp_path: Path, tmp_path_factory: pytest.Te
 
 @pytest.mark.parametrize("world", [2, 4])
 @pytest.mark.parametrize("door", ["swap", "torch"])
-def test_window_kv_handoff_example(tmp_path: Path, world: int, door: str) -> None:
-    """examples/window_kv_handoff.py under torchrun: every decode rank checks every block
-    element by element (the program exits non-zero on a bad one) and prints its rate."""
+@pytest.mark.parametrize("shm", ["1", "0"])
+def test_window_kv_handoff_example(tmp_path: Path, world: int, door: str, shm: str) -> None:
+    """examples/window_kv_handoff.py under torchrun, on shared memory (UNIFIED access) and on
+    TCP (RUSTDIST_SHM=0: SEPARATE, puts carried on the links): every decode rank checks every
+    block element by element (the program exits non-zero on a bad one) and prints its rate."""
     if door == "torch" and not hasattr(torch.distributed, "_new_window"):
         pytest.skip(f"torch {torch.__version__} has no window API (2.14+): the swap door "
                     "runs the example")
@@ -108,8 +110,9 @@ def test_window_kv_handoff_example(tmp_path: Path, world: int, door: str) -> Non
            "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
            str(EXAMPLES / "window_kv_handoff.py"), "--blocks", "500", "--block-kib", "64",
            *(["--torch-door"] if door == "torch" else [])]
-    p = run_reaped(cmd, cwd=tmp_path, env=dict(os.environ, OMP_NUM_THREADS="1"),
+    p = run_reaped(cmd, cwd=tmp_path, env=dict(os.environ, OMP_NUM_THREADS="1", RUSTDIST_SHM=shm),
                    timeout=RUN_TIMEOUT)
     log = p.stdout + p.stderr
-    assert p.returncode == 0, f"window_kv_handoff ({door}, world {world}) failed:\n{log[-6000:]}"
+    assert p.returncode == 0, \
+        f"window_kv_handoff ({door}, world {world}, RUSTDIST_SHM={shm}) failed:\n{log[-6000:]}"
     assert log.count("500 blocks of 64 KiB") == world // 2, log[-3000:]

@@ -1,9 +1,9 @@
-"""torch 2.14's one-sided windows on rustdist groups (issue 50, the shared-memory part):
-puts at offsets checked element by element in every dtype, signals and waits synchronous and
-asynchronous, ``map_remote_tensor`` aliasing, numpy arrays, misuse, 1,000 windows without a
-leak, and a dead peer named on its waiters, at worlds 1-4 through the harness's door. Where
-the ranks do not share one host (``RUSTDIST_SHM=0``, the test hosts) the cases check the
-refusal instead. Cases in window_cases.py."""
+"""torch 2.14's one-sided windows on rustdist groups (issue 50): puts at offsets checked
+element by element in every dtype, signals and waits synchronous and asynchronous,
+``map_remote_tensor`` aliasing, numpy arrays, misuse, 1,000 windows without a leak, and a dead
+peer named on its waiters, at worlds 1-4 through the harness's door. On one host with shared
+memory access is UNIFIED; with ``RUSTDIST_SHM=0`` and on the test hosts (TLS too) it is
+SEPARATE, puts and signals carried on the links. Cases in window_cases.py."""
 
 from __future__ import annotations
 
@@ -52,6 +52,12 @@ def test_misuse_raises_and_writes_nothing(worlds: Callable[[int], World], world:
     worlds(world).run("window_cases:window_misuse")
 
 
+@pytest.mark.parametrize("world", [2, 3])
+def test_puts_land_while_the_target_calls_nothing(worlds: Callable[[int], World], world: int,
+                                                   tmp_path: Path) -> None:
+    worlds(world).run("window_cases:window_idle_target", store_path=str(tmp_path / "store"))
+
+
 def test_a_thousand_windows_leak_nothing(worlds: Callable[[int], World]) -> None:
     worlds(2).run("window_cases:window_churn", windows=1000, timeout=150)
 
@@ -60,7 +66,7 @@ def test_a_dead_peer_is_named_on_its_waiters(short_world: Callable[..., World]) 
     world = short_world(3, pg_timeout=20.0)
     world.submit("window_cases:window_dead_peer", victim=2)
     errors = world.collect([0, 1], "window_cases:window_dead_peer", timeout=60)
-    assert all(e == "unsupported" or "rank 2" in e for e in errors), errors
+    assert all("rank 2" in e for e in errors), errors
 
 
 def test_a_destroyed_group_s_window_refuses_work(short_world: Callable[..., World]) -> None:

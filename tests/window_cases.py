@@ -1,9 +1,10 @@
 """Cases for tests/test_window.py: torch 2.14's one-sided windows (``_new_window``,
 ``Window.tensor_register``, ``put``, ``signal``, ``wait_signal``, ``map_remote_tensor``) on the
 shared worlds, through the harness's door. Every case makes its windows and deregisters them
-before it returns. Groups whose ranks do not all share one host (``RUSTDIST_SHM=0``, the test
-hosts) answer ``_supports_window()`` False and refuse ``_new_window``: the cases check that
-instead there."""
+before it returns. Where every rank shares one host with shared memory, access is UNIFIED
+(peers' tensors mapped here); where they do not (``RUSTDIST_SHM=0``, the test hosts) it is
+SEPARATE (puts and signals carried on the links), and ``map_remote_tensor`` of a peer raises:
+the cases check whichever the world has."""
 
 from __future__ import annotations
 
@@ -23,12 +24,25 @@ BLOCK = 5
 NUMEL = 1 + 4 * BLOCK
 
 
-def _unsupported(dist: Any) -> bool:
-    """True (after checking the refusal) where the group's ranks do not share one host."""
-    if dist._supports_window():
-        return False
-    expect_raises(RuntimeError, "one host", dist._new_window, "a window on a group across hosts")
-    return True
+def _separate(dist: Any, world: int) -> bool:
+    """Whether this world's windows have SEPARATE access (its ranks do not all share one host
+    with shared memory); every group answers ``_supports_window()`` True either way."""
+    assert dist._supports_window()
+    apart = os.environ.get("RUSTDIST_SHM") == "0" or bool(os.environ.get("RUSTDIST_TEST_HOSTS"))
+    return world > 1 and apart
+
+
+def _check_access(dist: Any, window: Any, rank: int, world: int) -> bool:
+    """Checks every peer's access type (and, with SEPARATE, that mapping a peer's tensor
+    raises naming it); returns whether access is SEPARATE."""
+    separate = _separate(dist, world)
+    for peer in range(world):
+        unified = not separate or peer == rank
+        assert window.get_attr(peer).access_type.name == ("UNIFIED" if unified else "SEPARATE")
+        if not unified:
+            expect_raises(RuntimeError, "SEPARATE", lambda: window.map_remote_tensor(peer),
+                          f"mapping rank {peer}'s window from another host")
+    return separate
 
 
 def _data(dtype: torch.dtype, n: int, who: int, seed: int) -> torch.Tensor:
@@ -56,8 +70,6 @@ def case_window_put_signal(dist: Any, rank: int, world: int, dtype: str, async_o
     """Every rank puts a block into every rank's window (itself included) at its own offset,
     signals each, then waits for every rank's signal: each window holds exactly the blocks
     and the start values elsewhere; ``map_remote_tensor`` shows every peer's the same."""
-    if _unsupported(dist):
-        return
     dt = DTYPES[dtype] if dtype in DTYPES else getattr(torch, dtype)
     mine = _data(dt, NUMEL, rank, seed + 1)
     window = dist._new_window(mine)
@@ -68,9 +80,8 @@ def case_window_put_signal(dist: Any, rank: int, world: int, dtype: str, async_o
     for work in works:
         work.wait()
     check(mine, _expected(dt, rank, world, seed), f"rank {rank}'s window after the puts")
-    attr = window.get_attr((rank + 1) % world)
-    assert attr.access_type.name == "UNIFIED", attr.access_type
-    for peer in range(world):
+    separate = _check_access(dist, window, rank, world)
+    for peer in [rank] if separate else range(world):
         check(window.map_remote_tensor(peer), _expected(dt, peer, world, seed),
               f"rank {peer}'s window mapped on rank {rank}")
     dist.barrier()  # nobody deregisters while a peer still reads its window
@@ -78,23 +89,26 @@ def case_window_put_signal(dist: Any, rank: int, world: int, dtype: str, async_o
 
 
 def case_window_write_through_map(dist: Any, rank: int, world: int, dump_prefix: str) -> None:
-    """UNIFIED access: a rank writes into the next rank's window through
-    ``map_remote_tensor`` and signals; the next rank sees the values in its tensor, and rounds
+    """A rank writes into the next rank's window (UNIFIED: through ``map_remote_tensor``;
+    SEPARATE: by a put) and signals; the next rank sees the values in its tensor, and rounds
     repeat over one window (signals counted, not lost). The flight recorder lists the
     signals and waits with their peers."""
     import pickle
 
     from rustdist import flight_recorder
 
-    if _unsupported(dist):
-        return
     window = dist._new_window()
     mine = torch.zeros(4, dtype=torch.int64)
     window.tensor_register(mine)
     nxt, prv = (rank + 1) % world, (rank - 1) % world
-    remote = window.map_remote_tensor(nxt)
+    separate = _check_access(dist, window, rank, world)
+    remote = None if separate else window.map_remote_tensor(nxt)
     for round_ in range(50):
-        remote[round_ % 4] = 1000 * round_ + rank
+        value = 1000 * round_ + rank
+        if remote is None:
+            window.put(torch.tensor([value]), nxt, round_ % 4, False)
+        else:
+            remote[round_ % 4] = value
         window.signal(nxt, False)
         window.wait_signal(prv, False)
         assert int(mine[round_ % 4]) == 1000 * round_ + prv, (round_, mine)
@@ -109,8 +123,6 @@ def case_window_write_through_map(dist: Any, rank: int, world: int, dump_prefix:
 def case_window_numpy(dist: Any, rank: int, world: int) -> None:
     """Numpy arrays on the import-swap door: puts land in the window, which the owner reads
     through ``map_remote_tensor(own rank)`` (an array cannot move into shared memory)."""
-    if _unsupported(dist):
-        return
     mine = np.full(NUMEL, -1.0, dtype=np.float64)
     window = dist._new_window(mine)
     for dst in range(world):
@@ -133,8 +145,6 @@ def case_window_misuse(dist: Any, rank: int, world: int) -> None:
     """Bad calls raise, naming what is wrong, and write nothing: a put past the end, of the
     wrong dtype, to a rank out of range, before registering and after deregistering; a second
     registration; a wait for a signal that never comes times out."""
-    if _unsupported(dist):
-        return
     window = dist._new_window()
     block = torch.ones(BLOCK)
     expect_raises(RuntimeError, "no tensor is registered", lambda: window.put(block, 0, 0, False),
@@ -163,6 +173,29 @@ def case_window_misuse(dist: Any, rank: int, world: int) -> None:
                   "a put after tensor_deregister")
 
 
+def case_window_idle_target(dist: Any, rank: int, world: int, store_path: str) -> None:
+    """Rank 1's program calls nothing rustdist while rank 0 puts 32 MiB into its window (far
+    more than the links buffer, in 1 MiB puts) and signals: the puts complete on rank 0 all the
+    same (rank 1's engine applies them meanwhile), and rank 1 then finds every byte. The
+    ranks meet through a file store, not the group."""
+    store = dist.FileStore(store_path, world)
+    n, chunk = 32 << 20, 1 << 20
+    mine = torch.zeros(n, dtype=torch.uint8)
+    window = dist._new_window(mine)
+    pattern = (torch.arange(n) % 251).to(torch.uint8)
+    if rank == 0:
+        for off in range(0, n, chunk):
+            window.put(pattern[off:off + chunk], 1, off, False)
+        window.signal(1, False)
+        store.set("puts_done", "1")
+    elif rank == 1:
+        store.wait(["puts_done"])  # no call into the group until rank 0's puts completed
+        window.wait_signal(0, False)
+        check(mine, pattern, "rank 1's window after rank 0's puts")
+    dist.barrier()
+    window.tensor_deregister()
+
+
 def _resources() -> tuple[int, int, int]:
     shm = len([n for n in os.listdir("/dev/shm") if n.startswith(f"rustdist-w-{os.getpid()}-")])
     return shm, len(os.listdir("/proc/self/fd")), len(os.listdir("/proc/self/task"))
@@ -171,8 +204,6 @@ def _resources() -> tuple[int, int, int]:
 def case_window_churn(dist: Any, rank: int, world: int, windows: int) -> dict[str, Any]:
     """`windows` windows made, used and deregistered in turn: this process's /dev/shm
     entries, fds and threads after the last equal those after the first."""
-    if _unsupported(dist):
-        return {}
     seen = []
     for i in range(windows):
         mine = torch.zeros(64, dtype=torch.int32)
@@ -192,8 +223,6 @@ def case_window_churn(dist: Any, rank: int, world: int, windows: int) -> dict[st
 def case_window_dead_peer(dist: Any, rank: int, world: int, victim: int) -> str:
     """Rank `victim` exits once the window is made; every other rank waits for its signal
     and must get an error naming it (within the group's timeout, not hang)."""
-    if _unsupported(dist):
-        return "unsupported"
     window = dist._new_window(torch.zeros(4))
     if rank == victim:
         os._exit(1)
@@ -206,8 +235,6 @@ def case_window_dead_peer(dist: Any, rank: int, world: int, victim: int) -> str:
 def case_window_after_destroy(dist: Any, rank: int, world: int) -> None:
     """A window outlives its group only as memory: after ``destroy_process_group`` every
     operation raises saying the group was destroyed."""
-    if _unsupported(dist):
-        return
     window = dist._new_window(torch.zeros(8))
     dist.destroy_process_group()
     for what, call in (("put", lambda: window.put(torch.ones(2), 0, 0, False)),

@@ -287,8 +287,9 @@ class ProcessGroup:
         group_name), `desc` (group_desc), the members' global ranks by group rank."""
 
 class Window:
-    """A one-sided window registered on every rank of a group whose ranks share one host:
-    each rank's registered bytes in shared memory every rank maps (UNIFIED access)."""
+    """A one-sided window registered on every rank of a group: each rank's registered bytes
+    in shared memory every rank of the host maps (UNIFIED access, one host with shared
+    memory), or reached by frames on the links that the owner's engine applies (SEPARATE)."""
 
     @staticmethod
     def register(
@@ -296,8 +297,13 @@ class Window:
     ) -> tuple[Window, list[bytes]]:
         """Registers the `nbytes` bytes at `ptr` (copied in) as this rank's window memory
         (collective); returns the window and every rank's `meta` (at most 183 bytes)."""
+    @property
+    def unified(self) -> bool:
+        """Whether peers' memories are mapped here (UNIFIED) rather than reached over the
+        links (SEPARATE)."""
     def address(self, rank: int) -> int:
-        """Where rank `rank`'s registered bytes are mapped in this process."""
+        """Where rank `rank`'s registered bytes are mapped in this process (RuntimeError for a
+        peer's with SEPARATE access)."""
     def nbytes(self, rank: int) -> int:
         """How many bytes rank `rank` registered."""
     def set_targets(self, targets: list[tuple[int, int, int]]) -> None:

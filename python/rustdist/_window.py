@@ -1,10 +1,14 @@
 """One-sided windows (torch 2.14's ``Window``: ``tensor_register``, ``put``, ``signal``,
-``wait_signal``, ``map_remote_tensor``) on a rustdist group whose ranks share one host.
+``wait_signal``, ``map_remote_tensor``) on rustdist groups.
 
-Every rank's registered bytes live in shared memory that every rank of the host maps
-(UNIFIED access): ``put`` copies straight into the target's tensor, ``map_remote_tensor``
-aliases a peer's tensor without a copy, ``signal`` bumps a counter in the target's memory
-after the puts it follows, and ``wait_signal`` spins briefly on it, then sleeps. A registered
+Where every rank shares one host with shared memory, every rank's registered bytes live in
+shared memory that every rank of the host maps (UNIFIED access): ``put`` copies straight into
+the target's tensor, ``map_remote_tensor`` aliases a peer's tensor without a copy, ``signal``
+bumps a counter in the target's memory after the puts it follows, and ``wait_signal`` spins
+briefly on it, then sleeps. Elsewhere (ranks on several hosts, or ``RUSTDIST_SHM=0``) access is
+SEPARATE: a ``put`` or a ``signal`` travels on the link to the target, whose engine applies it
+without its program calling anything, a signal after the puts it follows; a peer's tensor
+cannot be mapped, so ``map_remote_tensor`` raises for it. A registered
 torch tensor is moved into that memory (its storage is replaced, its values kept), so the
 owner reads what peers put in the tensor itself; a numpy array cannot change its memory, so
 its owner reads its window through ``map_remote_tensor(own rank)``. The engine's side is
@@ -60,11 +64,6 @@ class Window:
     by ``_new_window``; ``tensor_register`` is collective too."""
 
     def __init__(self, group: Any, tensor: Any = None) -> None:
-        if not group.supports_window:
-            raise RuntimeError(
-                f"one-sided windows need every rank of the group on one host with shared "
-                f"memory (UNIFIED access); this group's ranks reach each other over "
-                f"{group._pg.link} (windows across hosts are not supported yet)")
         self._group = group
         self._size: int = group._size
         self._core: Any = None
@@ -169,14 +168,18 @@ class Window:
         return self._done if work is None else Work(work, [])
 
     def map_remote_tensor(self, rank: int) -> Any:
-        """Rank ``rank``'s registered tensor, aliased here without a copy (UNIFIED)."""
+        """Rank ``rank``'s registered tensor, aliased here without a copy (UNIFIED access);
+        RuntimeError for a peer's window with SEPARATE access (on another host), which only
+        ``put`` reaches."""
         return self._alias(self._peer(rank, "rank"))
 
     def get_attr(self, peer_rank: int) -> Any:
-        """Rank ``peer_rank``'s window attributes: access type UNIFIED (shared memory)."""
+        """Rank ``peer_rank``'s window attributes: access type UNIFIED where its memory is
+        mapped here (shared memory), SEPARATE where puts reach it over the network."""
         self._peer(peer_rank, "peer rank")
         attr = WindowAttr()
-        attr.access_type = WindowAccessType.UNIFIED
+        unified = self._window().unified or peer_rank == self._group._rank
+        attr.access_type = WindowAccessType.UNIFIED if unified else WindowAccessType.SEPARATE
         return attr
 
 

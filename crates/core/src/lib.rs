@@ -23,6 +23,7 @@ pub mod timeout;
 pub mod tls;
 pub mod transport;
 pub mod types;
+pub mod wake;
 pub mod work;
 
 pub use error::{Error, Result};

@@ -1,8 +1,15 @@
 //! A group's timeout, which the user may change while operations run (torch's
-//! `_set_default_timeout` / `_set_pg_timeout`).
+//! `_set_default_timeout` / `_set_pg_timeout`), and the time left until a deadline.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// Time left until `deadline`, or `None` once it has passed.
+pub fn remaining(deadline: Instant) -> Option<Duration> {
+    deadline
+        .checked_duration_since(Instant::now())
+        .filter(|d| !d.is_zero())
+}
 
 /// A timeout readable and settable from any thread without a lock: nanoseconds in an atomic
 /// (saturating at about 584 years, far past any deadline that matters). Readers take the value

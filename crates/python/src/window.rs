@@ -1,4 +1,5 @@
-//! `_core.Window`: a one-sided window registered on a group's ranks (one host, UNIFIED access).
+//! `_core.Window`: a one-sided window registered on a group's ranks (UNIFIED access on one
+//! host with shared memory, SEPARATE elsewhere).
 //! Tensors arrive as (pointer, element count, dtype code) plus a `keep` object held until the
 //! Work completes, as in `group.rs`.
 
@@ -60,14 +61,29 @@ impl PyWindow {
         ))
     }
 
-    /// The address where rank `rank`'s registered bytes are mapped in this process.
-    fn address(&self, rank: usize) -> usize {
-        self.window.memory(rank).data() as usize
+    /// The address where rank `rank`'s registered bytes are mapped in this process; an error
+    /// for a peer's with SEPARATE access (not mapped here).
+    fn address(&self, rank: usize) -> PyResult<usize> {
+        match self.window.memory(rank) {
+            Some(memory) => Ok(memory.data() as usize),
+            None => Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
+                "rank {rank}'s window is reached over the network (access type SEPARATE): \
+                 map_remote_tensor aliases only memory of ranks on this host with shared \
+                 memory (UNIFIED); put into it and signal instead"
+            ))),
+        }
     }
 
     /// How many bytes rank `rank` registered.
     fn nbytes(&self, rank: usize) -> usize {
-        self.window.memory(rank).bytes()
+        self.window.bytes(rank)
+    }
+
+    /// Whether peers' memories are mapped here (access type UNIFIED) rather than reached by
+    /// frames on the links (SEPARATE).
+    #[getter]
+    fn unified(&self) -> bool {
+        self.window.unified()
     }
 
     /// Sets every rank's (element count, dtype code, bytes per element), which `put_now`

@@ -1,8 +1,10 @@
 """``python -m rustdist.bench --window``: one-sided puts through a rustdist window beside Open
 MPI's RMA (``MPI.Win.Allocate``, ``Put``, ``Flush``, passive target), and a put+signal round
-trip beside rustdist's matched send/recv, in the same processes (one ``mpirun`` job per world;
-``window_rank.py`` is the rank). Windows hold ranks of one host (shared memory, UNIFIED
-access): that is what this measures."""
+trip beside rustdist's matched send/recv, in the same processes (one ``mpirun`` job per world and link;
+``window_rank.py`` is the rank). Two links: shared memory (UNIFIED access; Open MPI's osc sm)
+and TCP over loopback (``RUSTDIST_SHM=0``: SEPARATE access, puts carried on the links; Open
+MPI on ``btl tcp`` with osc pt2pt, its TCP one-sided path), where both sides' put times include
+remote completion (see ``window_rank.py``)."""
 
 from __future__ import annotations
 
@@ -20,6 +22,15 @@ from .common import fmt_size, write_json
 from .launch import free_port
 
 DEFAULT_WORLDS = [2, 4]
+#: Each link: the ranks' environment and Open MPI's transport options. On TCP, Open MPI's
+#: one-sided path is osc pt2pt over btl tcp, which refuses MPI_THREAD_MULTIPLE (mpi4py's
+#: default); only the main thread calls MPI, so serialized suffices.
+LINKS: dict[str, tuple[dict[str, str], list[str]]] = {
+    "shm": ({}, []),
+    "tcp": ({"RUSTDIST_SHM": "0", "MPI4PY_RC_THREAD_LEVEL": "serialized"},
+            ["--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "lo",
+             "--mca", "osc", "pt2pt"]),
+}
 RUN_TIMEOUT_S = 900
 
 
@@ -27,41 +38,44 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--window", action="store_true",
                    help="one-sided windows: rustdist's put beside Open MPI's MPI_Put (latency "
                         "8 B - 64 KiB, bandwidth 64 KiB - 64 MiB) and put+signal beside "
-                        "send/recv (worlds 2 4, one host; needs mpirun and mpi4py)")
+                        "send/recv (worlds 2 4, one host, shared memory and TCP over "
+                        "loopback; needs mpirun and mpi4py)")
 
 
-def _world(world: int, quick: bool) -> dict[str, Any]:
-    """One mpirun job of `world` ranks; the results rank 0 wrote."""
+def _world(world: int, link: str, quick: bool) -> dict[str, Any]:
+    """One mpirun job of `world` ranks on `link`; the results rank 0 wrote."""
+    ours, theirs = LINKS[link]
     with tempfile.TemporaryDirectory(prefix="rustdist-window-") as tmp:
         out = os.path.join(tmp, "rows.json")
         env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-                   OMP_NUM_THREADS="1")
+                   OMP_NUM_THREADS="1", **ours)
         cmd = [shutil.which("mpirun") or "mpirun", "--allow-run-as-root", "--oversubscribe",
-               "-np", str(world), "-x", "MASTER_ADDR", "-x", "MASTER_PORT",
+               "-np", str(world), "-x", "MASTER_ADDR", "-x", "MASTER_PORT", *theirs,
+               *(x for name in ours for x in ("-x", name)),
                "-x", "OMP_NUM_THREADS", *(["-x", "PYTHONPATH"] if "PYTHONPATH" in env else []),
                sys.executable, "-m", "rustdist.bench.window_rank", out,
                *(["--quick"] if quick else [])]
         done = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL, timeout=RUN_TIMEOUT_S)
         if done.returncode != 0:
-            raise RuntimeError(f"world {world}: mpirun exited with {done.returncode}")
+            raise RuntimeError(f"world {world} on {link}: mpirun exited with {done.returncode}")
         with open(out, encoding="utf-8") as f:
-            return json.load(f)
+            return dict(json.load(f), link=link)
 
 
 def rows(result: dict[str, Any]) -> list[str]:
     """The printed table of one world."""
-    w = result["world"]
-    lines = [f"world {w}: put latency (us, origin side, put + completion)",
+    w = f"world {result['world']}, {result.get('link', 'shm')}"
+    lines = [f"{w}: put latency (us, origin side, put + completion)",
              f"  {'size':>8} {'rustdist':>10} {'Open MPI':>10} {'MPI/ours':>9}"]
     for r in result["latency"]:
         lines.append(f"  {fmt_size(r['bytes']):>8} {r['rustdist_us']:>10.2f} "
                      f"{r['mpi_us']:>10.2f} {r['mpi_us'] / r['rustdist_us']:>8.2f}x")
-    lines += [f"world {w}: put bandwidth (GB/s, puts back to back, then completion)",
+    lines += [f"{w}: put bandwidth (GB/s, puts back to back, then completion)",
               f"  {'size':>8} {'rustdist':>10} {'Open MPI':>10} {'ours/MPI':>9}"]
     for r in result["bandwidth"]:
         lines.append(f"  {fmt_size(r['bytes']):>8} {r['rustdist_gbps']:>10.2f} "
                      f"{r['mpi_gbps']:>10.2f} {r['rustdist_gbps'] / r['mpi_gbps']:>8.2f}x")
-    lines += [f"world {w}: round trip (us): put+signal, answered the same way, beside a "
+    lines += [f"{w}: round trip (us): put+signal, answered the same way, beside a "
               "matched send/recv ping-pong",
               f"  {'size':>8} {'put+signal':>10} {'send/recv':>10} {'s-r/ours':>9}"]
     for r in result["round_trip"]:
@@ -76,10 +90,11 @@ def window_run(args: argparse.Namespace, mach: dict[str, Any]) -> int:
     print(f"one-sided windows | rustdist {mach['rustdist']} | {mach.get('mpi', 'Open MPI')} | "
           f"{mach['cpu']} | {mach['usable_cores']}/{mach['cores']} cores")
     results = []
-    for world in args.world:
-        result = _world(world, args.quick)
-        results.append(result)
-        print("\n".join(rows(result)), flush=True)
+    for link in LINKS:
+        for world in args.world:
+            result = _world(world, link, args.quick)
+            results.append(result)
+            print("\n".join(rows(result)), flush=True)
     write_json(args.json, {"machine": mach, "mode": "window", "quick": args.quick,
                            "window": results})
     if plot.available():
@@ -106,13 +121,15 @@ def write_plot(results: list[dict[str, Any]], json_path: str, title: str) -> str
             sizes = [r["bytes"] for r in rows]
             for key, name in lines:
                 ax.plot(sizes, [r[key] for r in rows], marker="o",
-                        label=f"{name}, world {result['world']}")
+                        linestyle="-" if result.get("link", "shm") == "shm" else "--",
+                        label=f"{name}, world {result['world']}, {result.get('link', 'shm')}")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xticks(sizes, [fmt_size(s) for s in sizes], rotation=45)
         ax.set_ylabel(label)
         ax.legend(fontsize=7)
-    fig.suptitle(f"one-sided windows on one host: rustdist vs Open MPI RMA\n{title}")
+    fig.suptitle("one-sided windows on one host, shared memory (solid) and TCP over loopback "
+                 f"(dashed): rustdist vs Open MPI RMA\n{title}")
     path = plot.plot_path(json_path, "window")
     fig.savefig(path, dpi=110)
     return path

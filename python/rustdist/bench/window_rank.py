@@ -6,6 +6,11 @@ round trip beside rustdist's matched send/recv. Ranks pair up (r with r ^ 1), ev
 once; the even rank of a pair is the origin. The slowest pair's median over the repeats is
 reported; rank 0 writes the results to the JSON file it was given.
 
+On TCP (``RUSTDIST_SHM=0``; Open MPI on its TCP transport) a rustdist put completes when its
+bytes have left the origin, while ``Flush`` waits until they are at the target: so there each
+rustdist put (or burst) is followed by a signal that the target answers with one, and the time
+includes that round trip (remote completion at the origin, as ``Flush`` gives).
+
     mpirun -np W python -m rustdist.bench.window_rank OUT.json [--quick]
 """
 
@@ -44,6 +49,8 @@ class Pair:
         self.peer = self.rank ^ 1
         self.origin = self.rank % 2 == 0
         self.active = self.peer < self.world
+        # Puts carried on the links complete at the origin before they land: see above.
+        self.acked = os.environ.get("RUSTDIST_SHM") == "0"
         self.src = np.arange(WINDOW_BYTES, dtype=np.uint64).astype(np.uint8)
         self.rd_mem = np.zeros(WINDOW_BYTES, dtype=np.uint8)
         self.rd_win = rd._new_window(self.rd_mem)
@@ -72,10 +79,16 @@ class Pair:
     # -- the calls each measurement repeats ------------------------------------------------
 
     def rd_put(self, n: int) -> Callable[[], None]:
-        if not (self.active and self.origin):
-            return lambda: None
-        buf = self.src[:n]
-        return lambda: self.rd_win.put(buf, self.peer, 0, False)
+        return self.rd_burst(n, 1)
+
+    def _ack(self) -> Callable[[], None]:
+        """The target's side of an acknowledged put: wait for the signal, answer it."""
+        win, peer = self.rd_win, self.peer
+
+        def call() -> None:
+            win.wait_signal(peer, False)
+            win.signal(peer, False)
+        return call
 
     def mpi_put(self, n: int) -> Callable[[], None]:
         if not (self.active and self.origin):
@@ -88,14 +101,20 @@ class Pair:
         return call
 
     def rd_burst(self, n: int, count: int) -> Callable[[], None]:
-        """`count` puts back to back (each complete on return: a copy into the peer)."""
-        if not (self.active and self.origin):
+        """`count` puts back to back (on shared memory each is complete on return: a copy into
+        the peer; on TCP the last is acknowledged)."""
+        if not self.active or (not self.origin and not self.acked):
             return lambda: None
-        buf, win, peer = self.src[:n], self.rd_win, self.peer
+        if not self.origin:
+            return self._ack()
+        buf, win, peer, acked = self.src[:n], self.rd_win, self.peer, self.acked
 
         def call() -> None:
             for _ in range(count):
                 win.put(buf, peer, 0, False)
+            if acked:
+                win.signal(peer, False)
+                win.wait_signal(peer, False)
         return call
 
     def mpi_burst(self, n: int, count: int) -> Callable[[], None]:

@@ -1,18 +1,22 @@
-//! One-sided windows on a [`ProcessGroup`] whose ranks share one host (torch's `Window`,
-//! UNIFIED access): registering is collective (each rank's [`WindowMemory`] is made, its name
-//! gathered, the peers' mapped); `put`, `signal` and `wait_signal` run in issue order with the
-//! group's other operations, are recorded by its flight recorder, and complete a Work.
+//! One-sided windows on a [`ProcessGroup`] (torch's `Window`). Registering is collective: each
+//! rank's [`WindowMemory`] is made and its name and size gathered. Where every rank shares one
+//! host (UNIFIED access) the peers' memories are mapped and a put is a copy into them; elsewhere
+//! (SEPARATE access: other hosts, or `RUSTDIST_SHM=0`) a put or a signal is a frame the
+//! target's engine applies (`transport/mesh/window.rs`). `put`, `signal` and `wait_signal` run
+//! in issue order with the group's other operations, are recorded by its flight recorder, and
+//! complete a Work.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use super::worker::lock;
 use super::{ProcessGroup, Run};
 use crate::error::{Error, Result};
 use crate::recorder::Op;
 use crate::tensor::{RawBuf, Tensor};
 use crate::transport::window::WindowMemory;
-use crate::transport::LinkKind;
+use crate::transport::{LinkKind, WindowFrame};
 use crate::types::DType;
 use crate::work::Work;
 
@@ -23,18 +27,35 @@ const NAME: usize = 64;
 /// The most metadata bytes a rank may attach to its registration.
 pub const META_BYTES: usize = RECORD - NAME - 8 - 1;
 
-/// A registered window: every rank's memory, mapped here, and what this rank has waited for.
+/// A registered window: the memories mapped here (every rank's with UNIFIED access, this
+/// rank's alone with SEPARATE), and what this rank has waited for.
 pub struct Window {
-    memories: Vec<Arc<WindowMemory>>,
+    memories: Vec<Option<Arc<WindowMemory>>>,
+    /// Bytes each rank registered.
+    sizes: Vec<usize>,
+    /// The transport's id of the window when its frames travel on the links (SEPARATE).
+    on_links: Option<u32>,
     /// Signals from each rank that this rank's `wait_signal` calls have asked for so far.
     awaited: Vec<AtomicU64>,
     deregistered: AtomicBool,
 }
 
 impl Window {
-    /// Rank `rank`'s registered bytes, mapped into this process.
-    pub fn memory(&self, rank: usize) -> &Arc<WindowMemory> {
-        &self.memories[rank]
+    /// Rank `rank`'s registered bytes, mapped into this process: this rank's own always, a
+    /// peer's only with UNIFIED access.
+    pub fn memory(&self, rank: usize) -> Option<&Arc<WindowMemory>> {
+        self.memories[rank].as_ref()
+    }
+
+    /// How many bytes rank `rank` registered.
+    pub fn bytes(&self, rank: usize) -> usize {
+        self.sizes[rank]
+    }
+
+    /// Whether peers reach each other's memory directly (UNIFIED) rather than by frames on the
+    /// links (SEPARATE).
+    pub fn unified(&self) -> bool {
+        self.on_links.is_none()
     }
 
     fn check_open(&self) -> Result<()> {
@@ -73,8 +94,14 @@ fn memory_name() -> String {
 }
 
 impl ProcessGroup {
-    /// Whether the group can hold windows: every rank on this host with shared memory.
+    /// Whether the group can hold windows: every group can (UNIFIED access on one host with
+    /// shared memory, SEPARATE elsewhere).
     pub fn supports_window(&self) -> bool {
+        true
+    }
+
+    /// Whether this group's windows map every rank's memory (UNIFIED access).
+    fn windows_unified(&self) -> bool {
         self.size == 1 || self.link == LinkKind::SharedMemory
     }
 
@@ -83,14 +110,7 @@ impl ProcessGroup {
     /// in); returns the window and each rank's `meta` (at most [`META_BYTES`]).
     pub fn register_window(&self, initial: &[u8], meta: &[u8]) -> Result<(Window, Vec<Vec<u8>>)> {
         let bytes = initial.len();
-        if !self.supports_window() {
-            return Err(Error::invalid(format!(
-                "one-sided windows need every rank of the group on one host with shared memory \
-                 (UNIFIED access); this group's ranks reach each other over {} \
-                 (windows across hosts are not supported yet)",
-                self.link.name()
-            )));
-        }
+        let unified = self.windows_unified();
         if meta.len() > META_BYTES {
             return Err(Error::invalid(format!(
                 "window metadata of {} bytes (at most {META_BYTES})",
@@ -124,6 +144,7 @@ impl ProcessGroup {
             )));
         }
         let mut memories = Vec::with_capacity(self.size);
+        let mut sizes = Vec::with_capacity(self.size);
         let mut metas = Vec::with_capacity(self.size);
         for (r, rec) in gathered.chunks(RECORD).enumerate() {
             let len = rec[..NAME].iter().position(|&b| b == 0).unwrap_or(NAME);
@@ -133,31 +154,113 @@ impl ProcessGroup {
             let size = u64::from_le_bytes(size) as usize;
             let meta_len = rec[NAME + 8] as usize;
             metas.push(rec[NAME + 9..NAME + 9 + meta_len].to_vec());
+            sizes.push(size);
             memories.push(match own.take_if(|_| r == self.rank) {
-                Some(mine) => mine,
-                None => WindowMemory::open(&peer_name, self.size, size)?,
+                Some(mine) => Some(mine),
+                None if unified => Some(WindowMemory::open(&peer_name, self.size, size)?),
+                None => None,
             });
         }
-        // Every rank has mapped every memory: the names can go (nothing is left in /dev/shm).
+        if !unified {
+            // Nobody else maps it.
+            for memory in memories.iter_mut().flatten() {
+                memory.unlink();
+            }
+        }
+        let mut memories: Vec<Option<Arc<WindowMemory>>> =
+            memories.into_iter().map(|m| m.map(Arc::new)).collect();
+        let on_links = match unified {
+            true => None,
+            false => Some(self.attach_window(memories[self.rank].clone())?),
+        };
+        // Every rank has mapped every memory (or takes frames for its own): the names can go
+        // (nothing is left in /dev/shm), and peers may put.
         self.barrier(Run::Sync)?;
-        for memory in &mut memories {
-            memory.unlink();
+        if unified {
+            for memory in memories.iter_mut().flatten() {
+                if let Some(memory) = Arc::get_mut(memory) {
+                    memory.unlink();
+                }
+            }
         }
         let window = Window {
-            memories: memories.into_iter().map(Arc::new).collect(),
+            memories,
+            sizes,
+            on_links,
             awaited: (0..self.size).map(|_| AtomicU64::new(0)).collect(),
             deregistered: AtomicBool::new(false),
         };
         Ok((window, metas))
     }
 
+    /// Has the transport take frames for this rank's window `own`; returns its id there.
+    fn attach_window(&self, own: Option<Arc<WindowMemory>>) -> Result<u32> {
+        let own =
+            own.ok_or_else(|| Error::Runtime("this rank's window memory is missing".into()))?;
+        let id = Arc::new(OnceLock::new());
+        let made = id.clone();
+        self.start(Run::Sync, "register_window", None, move |eng| {
+            let _ = made.set(eng.transport.attach_window(own)?);
+            Ok(None)
+        })?;
+        // Attached on this thread, perhaps: the worker must start reading the links.
+        self.shared.queue.nudge();
+        id.get()
+            .copied()
+            .ok_or_else(|| Error::Runtime("the window was not attached".into()))
+    }
+
+    fn own_memory(&self, window: &Window) -> Result<Arc<WindowMemory>> {
+        window.memories[self.rank]
+            .clone()
+            .ok_or_else(|| Error::Runtime("this rank's window memory is missing".into()))
+    }
+
     /// Ends the window's registration on every rank (collective): puts into it fail after.
+    /// Over the links, every put and signal a peer issued before it has landed by then.
     pub fn deregister_window(&self, window: &Window) -> Result<()> {
         window.check_open()?;
         window.deregistered.store(true, Ordering::Release);
-        window.memories[self.rank].close();
-        self.barrier(Run::Sync)?;
+        self.own_memory(window)?.close();
+        match window.on_links {
+            Some(id) => {
+                self.start(Run::Sync, "deregister_window", None, move |eng| {
+                    let deadline = eng.deadline();
+                    eng.transport.close_window(id, deadline)?;
+                    Ok(None)
+                })?;
+            }
+            None => {
+                self.barrier(Run::Sync)?;
+            }
+        }
         Ok(())
+    }
+
+    /// Sends a window frame to `dst` over the links; complete once the frame has left this
+    /// rank (a synchronous call on an idle group does it all on the caller's thread).
+    fn post_window_frame(
+        &self,
+        id: u32,
+        op: Op,
+        dst: usize,
+        frame: WindowFrame,
+        mode: Run,
+    ) -> Result<Option<Work>> {
+        self.start(mode, op.name, Some(op), move |eng| {
+            eng.check()?;
+            let deadline = eng.deadline();
+            let outcome = Arc::new(Mutex::new(None));
+            let slot = outcome.clone();
+            let done = Box::new(move |sent| *lock(&slot) = Some(sent));
+            eng.transport.post_window(dst, id, frame, deadline, done);
+            let sent = || lock(&outcome).is_some();
+            let what = format!("{} to rank {dst}", op.name);
+            eng.transport.wait_window(dst, &sent, deadline, &what)?;
+            let sent = lock(&outcome).take();
+            sent.unwrap_or_else(|| Err(Error::Runtime(format!("{what} vanished"))))?;
+            Ok(None)
+        })
     }
 
     /// Copies `src` into rank `dst`'s window at byte `offset`.
@@ -171,8 +274,21 @@ impl ProcessGroup {
     ) -> Result<Option<Work>> {
         self.check_rank("put destination rank", dst)?;
         window.check_open()?;
-        let target = window.memories[dst].clone();
         let recorded = window_op("put", src.numel, src.dtype, self.rank, dst);
+        let Some(target) = window.memories[dst].clone() else {
+            let (len, room) = (src.nbytes(), window.sizes[dst]);
+            if offset.checked_add(len).is_none_or(|end| end > room) {
+                return Err(Error::invalid(format!(
+                    "a put of {len} bytes at byte {offset} does not fit rank {dst}'s window of {room} bytes"
+                )));
+            }
+            let put = WindowFrame::Put {
+                offset: offset as u64,
+                data: src.buf,
+            };
+            let id = window.on_links.unwrap_or_default();
+            return self.post_window_frame(id, recorded, dst, put, mode);
+        };
         self.start(mode, "put", Some(recorded), move |eng| {
             eng.check()?;
             // SAFETY: the caller keeps `src` alive and unchanged until the operation completes.
@@ -185,9 +301,12 @@ impl ProcessGroup {
     pub fn window_signal(&self, window: &Window, dst: usize, mode: Run) -> Result<Option<Work>> {
         self.check_rank("signal destination rank", dst)?;
         window.check_open()?;
-        let target = window.memories[dst].clone();
         let me = self.rank;
         let recorded = window_op("signal", 0, DType::U8, me, dst);
+        let Some(target) = window.memories[dst].clone() else {
+            let id = window.on_links.unwrap_or_default();
+            return self.post_window_frame(id, recorded, dst, WindowFrame::Signal, mode);
+        };
         self.start(mode, "signal", Some(recorded), move |eng| {
             eng.check()?;
             target.signal(me);
@@ -206,11 +325,20 @@ impl ProcessGroup {
     ) -> Result<Option<Work>> {
         self.check_rank("wait_signal source rank", src)?;
         window.check_open()?;
-        let own = window.memories[self.rank].clone();
+        let own = self.own_memory(window)?;
+        let on_links = window.on_links.is_some();
         let count = window.awaited[src].fetch_add(1, Ordering::AcqRel) + 1;
         let recorded = window_op("wait_signal", 0, DType::U8, src, self.rank);
         self.start(mode, "wait_signal", Some(recorded), move |eng| {
             let deadline = timeout.map_or_else(|| eng.deadline(), |t| Instant::now() + t);
+            if on_links {
+                // The engine reads the links meanwhile: the signal arrives as a frame.
+                eng.check()?;
+                let arrived = || own.signals_from(src) >= count;
+                let what = format!("wait_signal for rank {src}'s signal");
+                eng.transport.wait_window(src, &arrived, deadline, &what)?;
+                return Ok(None);
+            }
             let health = || {
                 eng.check()?;
                 eng.cancel.check()

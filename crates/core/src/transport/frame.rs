@@ -29,6 +29,14 @@ pub enum FrameKind {
     /// its link (`mesh/shrink.rs`). `group` is the new group's id, `seq` the old one's, `step`
     /// the phase; the payload lists the excluded ranks.
     Shrink = 5,
+    /// A one-sided put into the receiver's window (SEPARATE access, `mesh/window.rs`): `step`
+    /// is the window, `seq` the byte offset; the target's engine copies the payload there.
+    WindowPut = 6,
+    /// A window signal: the receiver's counter for the sender goes up by one (`step`: the
+    /// window). It follows the sender's earlier puts on the link, so they are in place by then.
+    WindowSignal = 7,
+    /// The sender deregistered the window (`step`): nothing more of it follows on the link.
+    WindowClose = 8,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,6 +89,9 @@ impl Header {
             3 => FrameKind::Abort,
             4 => FrameKind::Goodbye,
             5 => FrameKind::Shrink,
+            6 => FrameKind::WindowPut,
+            7 => FrameKind::WindowSignal,
+            8 => FrameKind::WindowClose,
             other => {
                 return Err(Error::network(format!(
                     "rank {peer} sent a malformed frame (kind {other})"

@@ -12,6 +12,7 @@ use crate::cancel::Cancel;
 use crate::error::{Error, Result};
 use crate::tensor::RawBuf;
 use crate::types::ReduceOp;
+use crate::wake::Wake;
 use workspace::{Arrival, Workspace, DEPTH, SLOT_BYTES};
 
 pub mod cma;
@@ -29,12 +30,7 @@ pub mod workspace;
 
 pub use signature::Signature;
 
-/// Time left until `deadline`, or `None` once it has passed.
-pub fn remaining(deadline: Instant) -> Option<Duration> {
-    deadline
-        .checked_duration_since(Instant::now())
-        .filter(|d| !d.is_zero())
-}
+pub use crate::timeout::remaining;
 
 /// Completion of a point-to-point operation: the peer's rank, or the error.
 pub type P2pDone = Box<dyn FnOnce(Result<usize>) + Send>;
@@ -43,6 +39,18 @@ fn no_point_to_point(done: P2pDone) {
     done(Err(Error::Runtime(
         "this transport has no point-to-point operations".into(),
     )))
+}
+
+fn no_windows() -> Error {
+    Error::Runtime("this transport carries no one-sided windows".into())
+}
+
+/// A one-sided operation carried on a link to a window's owner (SEPARATE access).
+pub enum WindowFrame {
+    /// `data` into the owner's window at byte `offset`.
+    Put { offset: u64, data: RawBuf },
+    /// One more signal from this rank, after its earlier puts.
+    Signal,
 }
 
 /// One collective in progress: its sequence number in the group, its signature, the kernel op
@@ -421,11 +429,77 @@ pub trait Transport: Send {
         false
     }
 
-    /// Moves pending point-to-point bytes until none are pending, `interrupt` says stop, or a
-    /// short nap passes.
+    /// True while windows are attached (see [`Transport::attach_window`]).
+    fn has_windows(&self) -> bool {
+        false
+    }
+
+    /// What the group's worker may poll(2) without holding the transport, while windows are
+    /// attached and nothing else is pending: news on any of them means [`Transport::sweep`]
+    /// has work. None: the worker pumps instead.
+    fn sleep_fds(&self) -> Option<Vec<libc::pollfd>> {
+        None
+    }
+
+    /// Reads every peer once, applying what arrived; whether bytes moved.
+    fn sweep(&mut self) -> Result<bool> {
+        Ok(false)
+    }
+
+    /// Moves pending point-to-point bytes (and window frames) until none are pending,
+    /// `interrupt` says stop, or a short nap passes.
     fn pump(&mut self, interrupt: &dyn Fn() -> bool) -> Result<()> {
         let _ = interrupt;
         Ok(())
+    }
+
+    /// Has [`Transport::pump`] wake when `wake` rings (work queued for the group's worker)
+    /// rather than at its next nap.
+    fn set_wake(&mut self, wake: &Arc<Wake>) {
+        let _ = wake;
+    }
+
+    /// Takes window frames for `memory` (this rank's window) from now on; returns the
+    /// window's id, the same on every rank when every rank attaches its windows in the same
+    /// order. While a window is attached ([`Transport::has_windows`]) the group's worker pumps
+    /// the transport, so puts and signals land however busy or idle this rank's program is.
+    fn attach_window(&mut self, memory: Arc<window::WindowMemory>) -> Result<u32> {
+        let _ = memory;
+        Err(no_windows())
+    }
+
+    /// Posts `frame` to rank `peer`'s window `window`; `done` runs once it has left this rank
+    /// (the caller keeps a put's data alive and unchanged until then).
+    fn post_window(
+        &mut self,
+        peer: usize,
+        window: u32,
+        frame: WindowFrame,
+        deadline: Instant,
+        done: P2pDone,
+    ) {
+        let _ = (peer, window, frame, deadline);
+        done(Err(no_windows()))
+    }
+
+    /// Moves bytes (applying window frames as they arrive) until `arrived`, failing when
+    /// rank `peer` is gone or at `deadline` (saying that `what` timed out).
+    fn wait_window(
+        &mut self,
+        peer: usize,
+        arrived: &dyn Fn() -> bool,
+        deadline: Instant,
+        what: &str,
+    ) -> Result<()> {
+        let _ = (peer, arrived, deadline, what);
+        Err(no_windows())
+    }
+
+    /// Deregisters window `window` (every rank calls it): tells every peer, applies what
+    /// they sent before they did the same, then takes no more frames for it.
+    fn close_window(&mut self, window: u32, deadline: Instant) -> Result<()> {
+        let _ = (window, deadline);
+        Err(no_windows())
     }
 
     /// Tells every peer this group failed with `reason`, so that they fail fast too.

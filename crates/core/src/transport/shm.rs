@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use crate::error::Result;
 use crate::store::Store;
+use crate::timeout::remaining;
 use crate::transport::cma;
-use crate::transport::remaining;
 use crate::transport::shm_object::SharedObject;
 use crate::transport::workspace::{Workspace, REGION_BYTES};
 

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::spin::Spin;
-use crate::transport::remaining;
+use crate::timeout::remaining;
 use crate::transport::shm::Bell;
 use crate::transport::shm_object::SharedObject;
 
@@ -83,6 +83,11 @@ impl WindowMemory {
         unsafe { &*(self.obj.base().add(8) as *const AtomicU32) }
     }
 
+    /// The signals rank `from` has sent so far.
+    pub fn signals_from(&self, from: usize) -> u64 {
+        self.counter(from).load(Ordering::Acquire)
+    }
+
     /// The count of signals rank `from` has sent to this memory's owner.
     fn counter(&self, from: usize) -> &AtomicU64 {
         assert!(from < self.slots, "signal slot {from} of {}", self.slots);
@@ -112,6 +117,28 @@ impl WindowMemory {
         len: usize,
         owner: usize,
     ) -> Result<()> {
+        self.check_put(offset, len, owner)?;
+        // SAFETY: [offset, offset + len) lies inside the registered bytes (checked above); the
+        // caller vouches for src.
+        unsafe { std::ptr::copy(src, self.data().add(offset), len) };
+        Ok(())
+    }
+
+    /// The `len` registered bytes from byte `offset`, for a put arriving on a link to land in
+    /// (of rank `owner`, for messages); checked as [`WindowMemory::write`] checks.
+    ///
+    /// # Safety
+    /// Nothing else in this process writes those bytes while the slice lives (the engine
+    /// applies one put at a time; the owner's program reading them meanwhile sees a torn put,
+    /// as with any one-sided put it has not waited for a signal of).
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn landing(&self, offset: usize, len: usize, owner: usize) -> Result<&mut [u8]> {
+        self.check_put(offset, len, owner)?;
+        // SAFETY: inside the registered bytes (checked above); exclusive as the caller vouches.
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.data().add(offset), len) })
+    }
+
+    fn check_put(&self, offset: usize, len: usize, owner: usize) -> Result<()> {
         if !self.is_open() {
             return Err(Error::invalid(format!(
                 "rank {owner}'s window was deregistered (tensor_deregister)"
@@ -126,9 +153,6 @@ impl WindowMemory {
                 )))
             }
         }
-        // SAFETY: [offset, offset + len) lies inside the registered bytes (checked above); the
-        // caller vouches for src.
-        unsafe { std::ptr::copy(src, self.data().add(offset), len) };
         Ok(())
     }
 

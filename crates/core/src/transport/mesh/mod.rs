@@ -15,8 +15,10 @@
 //! and the frames and receives in it), `tx` (writing queued frames), `p2p` (posted
 //! point-to-point operations), `rx` (reading frames and matching them to receives),
 //! `progress` (the loop that moves bytes and waits), `shared` (waiting in the workspace),
-//! `shrink` (going on as a smaller group over the same links); `demand` (links made on first
-//! use) uses `secure` and `state`. Each part uses only those before it in that list; this
+//! `shrink` (going on as a smaller group over the same links), `window` (one-sided window
+//! frames: puts, signals, deregistration, and the worker's sleep while windows are attached,
+//! which also makes links through `demand`); `demand` (links made on first use) uses `secure`
+//! and `state`. Each part uses only those before it in that list; this
 //! file, which connects the transport and implements [`Transport`], uses them.
 
 use std::collections::VecDeque;
@@ -38,8 +40,10 @@ use crate::transport::shm::share_memory;
 use crate::transport::tcp::{
     agree_latency, agree_links, connect_mesh_with, connect_streams, poll_fds, OnDemand,
 };
-use crate::transport::{remaining, Op, OpCtx, P2pDone, SharedMemory, Transport};
+use crate::transport::window::WindowMemory;
+use crate::transport::{remaining, Op, OpCtx, P2pDone, SharedMemory, Transport, WindowFrame};
 use crate::types::CollectiveKind;
+use crate::wake::Wake;
 
 mod demand;
 mod link;
@@ -53,6 +57,7 @@ mod state;
 #[cfg(test)]
 mod tests;
 mod tx;
+mod window;
 
 pub use state::MeshTransport;
 
@@ -260,6 +265,9 @@ impl MeshTransport {
             heartbeat,
             waited: Duration::ZERO,
             on_demand,
+            windows: Vec::new(),
+            windows_made: 0,
+            wake: None,
             host,
         };
         transport.finish_handshakes(0..size, deadline)?;
@@ -495,11 +503,67 @@ impl Transport for MeshTransport {
         self.has_pending_p2p()
     }
 
+    fn has_windows(&self) -> bool {
+        !self.windows.is_empty()
+    }
+
+    fn sleep_fds(&self) -> Option<Vec<libc::pollfd>> {
+        MeshTransport::sleep_fds(self)
+    }
+
+    fn sweep(&mut self) -> Result<bool> {
+        MeshTransport::sweep(self)
+    }
+
     fn pump(&mut self, interrupt: &dyn Fn() -> bool) -> Result<()> {
         self.check_failed()?;
+        if !self.has_pending_p2p() {
+            return self.serve_windows(interrupt);
+        }
         let finished = |t: &MeshTransport, _: &[StepRecv<'_>]| !t.has_pending_p2p() || interrupt();
         let far = Instant::now() + Duration::from_secs(3600);
         self.progress(None, &mut [], &finished, far, Some(PUMP_NAP))
+    }
+
+    fn set_wake(&mut self, wake: &Arc<Wake>) {
+        if !self.wake.as_ref().is_some_and(|w| Arc::ptr_eq(w, wake)) {
+            self.wake = Some(wake.clone());
+        }
+    }
+
+    fn attach_window(&mut self, memory: Arc<WindowMemory>) -> Result<u32> {
+        self.check_failed()?;
+        Ok(self.attach(memory))
+    }
+
+    fn post_window(
+        &mut self,
+        peer: usize,
+        window: u32,
+        frame: WindowFrame,
+        deadline: Instant,
+        done: P2pDone,
+    ) {
+        self.queue_window_frame(peer, window, frame, deadline, done)
+    }
+
+    fn wait_window(
+        &mut self,
+        peer: usize,
+        arrived: &dyn Fn() -> bool,
+        deadline: Instant,
+        what: &str,
+    ) -> Result<()> {
+        // What is awaited comes on (or goes over) the link to `peer`; made now, it also tells
+        // of `peer`'s death.
+        if peer != self.rank {
+            self.link(peer, deadline)?;
+        }
+        self.progress_until(&[peer], &|_| arrived(), deadline, &|| what.to_string())
+    }
+
+    fn close_window(&mut self, window: u32, deadline: Instant) -> Result<()> {
+        self.close(window, deadline)
     }
 
     fn abort(&mut self, reason: &str) {

@@ -166,15 +166,20 @@ impl MeshTransport {
             owners.extend(std::iter::repeat_n(p, polled.len()));
             fds.extend(polled);
         }
+        let links = fds.len();
         // A link a peer made to this rank wakes the poll; its peer is read next round.
         let arrivals = self.on_demand.as_ref().map(|d| d.wake_fd());
         fds.extend(arrivals);
+        // So does work queued for the worker that pumps (see `window.rs`).
+        let queued = self.wake.as_ref().map(|w| w.pollfd());
+        fds.extend(queued);
         poll_fds(&mut fds, left);
-        if fds
-            .last()
-            .is_some_and(|f| arrivals.is_some() && f.revents != 0)
-        {
+        let woke = |f: Option<&libc::pollfd>| f.is_some_and(|f| f.revents != 0);
+        if arrivals.is_some() && woke(fds.get(links)) {
             ready.extend(self.take_arrivals());
+        }
+        if let Some(wake) = self.wake.as_ref().filter(|_| woke(fds.last())) {
+            wake.drain();
         }
         for (fd, p) in fds.iter().zip(owners) {
             if fd.revents != 0 && ready.last() != Some(&p) {

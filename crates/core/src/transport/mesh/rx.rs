@@ -105,6 +105,14 @@ impl MeshTransport {
                     }
                     peer.link.read(&mut peer.scratch[..want])
                 }
+                Rx::Window { memory, at, end } => {
+                    // SAFETY: this engine applies one put at a time per window and nothing
+                    // else in the process writes the window's bytes (see `landing`).
+                    match unsafe { memory.landing(*at, *end - *at, rank) } {
+                        Ok(bytes) => peer.link.read(bytes),
+                        Err(e) => return Err(self.fail(e)),
+                    }
+                }
             };
             let n = match res {
                 Ok(0) => {
@@ -235,6 +243,13 @@ impl MeshTransport {
                 Ok(())
             }
             Rx::Held(_) => Ok(()),
+            Rx::Window { at, end, .. } => {
+                *at += n;
+                if *at == *end {
+                    peer.rx = RX_IDLE;
+                }
+                Ok(())
+            }
             Rx::Discard { left } => {
                 *left -= n;
                 if *left == 0 {
@@ -333,6 +348,9 @@ impl MeshTransport {
                     return Ok(());
                 }
             }
+            FrameKind::WindowPut | FrameKind::WindowSignal | FrameKind::WindowClose => {
+                return self.on_window_frame(p, hdr);
+            }
             FrameKind::Abort | FrameKind::Goodbye | FrameKind::Shrink => {}
         }
         if hdr.len == 0 {
@@ -391,6 +409,11 @@ impl MeshTransport {
                 }
                 Ok(())
             }
+            // Taken as their headers arrive (`on_window_frame`), never stashed.
+            FrameKind::WindowPut | FrameKind::WindowSignal | FrameKind::WindowClose => Err(self
+                .fail(Error::backend(format!(
+                    "rank {p}'s window frame arrived out of turn"
+                )))),
             FrameKind::Collective => {
                 self.peer(p)?.collective.push_back(frame);
                 if let Some(idx) = next_step_recv(recvs, p) {
@@ -399,6 +422,41 @@ impl MeshTransport {
                 Ok(())
             }
         }
+    }
+
+    /// A window frame's header arrived from `p`: a put streams into this rank's window, a
+    /// signal or a deregistration is counted there at once.
+    fn on_window_frame(&mut self, p: usize, hdr: Header) -> Result<()> {
+        let rank = self.rank;
+        let Some(slot) = self.windows.iter().position(|w| w.id == hdr.step) else {
+            return Err(self.fail(Error::backend(format!(
+                "rank {p} sent a frame for window {} that rank {rank} has not registered",
+                hdr.step
+            ))));
+        };
+        let memory = self.windows[slot].memory.clone();
+        match hdr.kind {
+            FrameKind::WindowPut => {
+                let (at, len) = (hdr.seq as usize, hdr.len as usize);
+                // Checked here too: a bad frame fails the group rather than touch memory.
+                // SAFETY: only checks the range; the slice is dropped at once.
+                if let Err(e) = unsafe { memory.landing(at, len, rank) } {
+                    return Err(self.fail(Error::backend(format!("rank {p}'s put: {e}"))));
+                }
+                if len > 0 {
+                    let end = at + len;
+                    self.peer(p)?.rx = Rx::Window { memory, at, end };
+                }
+            }
+            FrameKind::WindowSignal if hdr.len == 0 => memory.signal(p),
+            FrameKind::WindowClose if hdr.len == 0 => self.windows[slot].closed[p] = true,
+            _ => {
+                return Err(self.fail(Error::network(format!(
+                    "rank {p} sent a malformed window frame"
+                ))))
+            }
+        }
+        Ok(())
     }
 
     /// After a step that failed: a frame half read into one of its receives is skipped from

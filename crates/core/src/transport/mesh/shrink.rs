@@ -209,7 +209,7 @@ impl MeshTransport {
                     peer.link.read(&mut peer.scratch[..want])
                 }
                 Rx::Stash { frame, got } => peer.link.read(&mut frame.payload[*got..]),
-                Rx::Posted { .. } | Rx::Tagged { .. } | Rx::Held(_) => {
+                Rx::Posted { .. } | Rx::Tagged { .. } | Rx::Held(_) | Rx::Window { .. } => {
                     return Err(Error::Runtime(format!(
                         "the link from rank {p} is mid-frame in an unexpected state"
                     )))
@@ -348,6 +348,9 @@ impl MeshTransport {
             heartbeat,
             waited: Duration::ZERO,
             on_demand,
+            windows: Vec::new(),
+            windows_made: 0,
+            wake: None,
             host,
         }
     }

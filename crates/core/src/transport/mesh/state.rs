@@ -19,8 +19,10 @@ use crate::transport::frame::{Header, HEADER_LEN};
 use crate::transport::heartbeat::Heartbeat;
 use crate::transport::shm::ShmHost;
 use crate::transport::tcp::OnDemand;
+use crate::transport::window::WindowMemory;
 use crate::transport::workspace::Workspace;
 use crate::transport::{OpCtx, P2pDone};
+use crate::wake::Wake;
 
 /// How long a timeout waits for the peers' answers to what they are doing (they come within
 /// a round trip; a peer that does not answer is described by its last beat, if any).
@@ -66,6 +68,12 @@ pub struct MeshTransport {
     /// Links made on first use, with the TLS settings they are made with (None: every peer
     /// was linked at connect, and no link is made later).
     pub(super) on_demand: Option<OnDemand<OnDemandLinks>>,
+    /// This rank's windows that take frames from peers (SEPARATE access).
+    pub(super) windows: Vec<AttachedWindow>,
+    /// Windows attached so far (the next one's id).
+    pub(super) windows_made: u32,
+    /// Rung when work is queued for the group's worker while it pumps (`set_wake`).
+    pub(super) wake: Option<Arc<Wake>>,
     /// Shared memory with the peers on this host; after `peers` and `ws`, so the pipes and
     /// the workspace go first.
     pub(super) host: Option<ShmHost>,
@@ -88,20 +96,24 @@ impl MeshTransport {
     /// Every link stays a sequence of whole frames, so that a shrink (`shrink.rs`) can go on
     /// using it: a frame half written is kept and finished with zeros in place of its payload,
     /// control frames (which own their bytes) stay queued, and a frame half read into a posted
-    /// receive has the rest of it skipped.
+    /// receive or a window has the rest of it skipped.
     pub(super) fn fail(&mut self, e: Error) -> Error {
         if self.failed.is_none() {
             self.failed = Some(e.clone());
         }
         let mut dones = Vec::new();
         for peer in self.peers.iter_mut().flatten() {
-            if let Rx::Tagged { id } = peer.rx {
-                let left = self
-                    .posted
-                    .iter()
-                    .find(|r| r.id == id)
-                    .map_or(0, |r| r.buf.len() - r.got);
-                peer.rx = Rx::skip(left);
+            match peer.rx {
+                Rx::Tagged { id } => {
+                    let left = self
+                        .posted
+                        .iter()
+                        .find(|r| r.id == id)
+                        .map_or(0, |r| r.buf.len() - r.got);
+                    peer.rx = Rx::skip(left);
+                }
+                Rx::Window { at, end, .. } => peer.rx = Rx::skip(end - at),
+                _ => {}
             }
             let mut kept = VecDeque::new();
             for (i, mut frame) in peer.txq.drain(..).enumerate() {
@@ -365,6 +377,14 @@ impl OutFrame {
     }
 }
 
+/// One of this rank's windows, taking puts and signals from peers over the links.
+pub(super) struct AttachedWindow {
+    pub(super) id: u32,
+    pub(super) memory: Arc<WindowMemory>,
+    /// The peers whose last frame of the window has arrived (they deregistered it).
+    pub(super) closed: Vec<bool>,
+}
+
 /// A complete frame read before anyone asked for it.
 pub(super) struct Frame {
     pub(super) hdr: Header,
@@ -386,6 +406,12 @@ pub(super) enum Rx {
     Stash { frame: Frame, got: usize },
     /// Dropping the rest of a frame whose receive failed (it was matched, so it is consumed).
     Discard { left: usize },
+    /// Streaming a put into this rank's window: bytes `at..end` of its registered memory.
+    Window {
+        memory: Arc<WindowMemory>,
+        at: usize,
+        end: usize,
+    },
 }
 
 pub(super) const RX_IDLE: Rx = Rx::Header {

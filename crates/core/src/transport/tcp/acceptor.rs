@@ -15,7 +15,7 @@ use super::socket::configure;
 use crate::auth::{self, AuthKey, Nonce, TAG_LEN};
 use crate::error::{Error, Result};
 use crate::interrupt;
-use crate::transport::remaining;
+use crate::timeout::remaining;
 
 /// Incoming connections in mid-handshake at once; the rest wait in the listen backlog (sized
 /// from `somaxconn`) until a handshake finishes, so a flood cannot grow memory and no peer is

@@ -16,8 +16,8 @@ use crate::error::{Error, Result};
 use crate::interrupt;
 use crate::netio::{listen_on, timed_out, DeadlineIo};
 use crate::store::Store;
+use crate::timeout::remaining;
 use crate::tls::{broken_token, Tls};
-use crate::transport::remaining;
 
 // ---------------------------------------------------------------------------------------------
 // The connecting side

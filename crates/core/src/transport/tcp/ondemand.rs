@@ -14,10 +14,8 @@
 //! accepting thread for the links peers make to this rank: the dialling peer's first frames
 //! then go through while this rank is busy outside the group, as they do over plain TCP.
 
-use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -28,10 +26,11 @@ use socket2::SockRef;
 use super::acceptor::{Accepting, Acceptor, Admission, Slot, HANDSHAKE_TIMEOUT};
 use super::connect::{dial_once, refused, DialEnd, Dialled, Mesh};
 use super::handshake::{Hello, Status};
-use super::poll::{poll_fds, pollfd};
+use super::poll::poll_fds;
 use crate::auth::{AuthKey, NONCE_LEN};
 use crate::error::{Error, Result};
-use crate::transport::remaining;
+use crate::timeout::remaining;
+use crate::wake::Wake;
 
 /// What a peer's streams become (the mesh's link) and what setup that link needs after the
 /// connections (a TLS handshake), which the accepting thread finishes for the links peers make
@@ -194,8 +193,8 @@ struct Shared<S: LinkSetup> {
     waiting: AtomicBool,
     key: Option<AuthKey>,
     listener: TcpListener,
-    /// An eventfd written on each arrival: the mesh polls it to wake.
-    wake: File,
+    /// Rung on each arrival: the mesh polls it to wake.
+    wake: Wake,
     /// Tells the accepting thread to end (with the listener shut down to wake it).
     stop: AtomicBool,
 }
@@ -211,17 +210,6 @@ impl<S: LinkSetup> Shared<S> {
 pub struct OnDemand<S: LinkSetup> {
     shared: Arc<Shared<S>>,
     thread: Option<JoinHandle<()>>,
-}
-
-/// A non-blocking eventfd.
-fn eventfd() -> io::Result<File> {
-    // SAFETY: eventfd takes no pointers; its result is checked below.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` is a fresh descriptor that nothing else owns.
-    Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
 }
 
 impl<S: LinkSetup> OnDemand<S> {
@@ -278,7 +266,7 @@ impl<S: LinkSetup> OnDemand<S> {
             waiting: AtomicBool::new(false),
             key,
             listener,
-            wake: eventfd().map_err(io_err)?,
+            wake: Wake::new().map_err(io_err)?,
             stop: AtomicBool::new(false),
         });
         let serving = shared.clone();
@@ -408,7 +396,7 @@ impl<S: LinkSetup> OnDemand<S> {
     /// the errors their setup failed with, by peer.
     pub fn arrivals(&self) -> Vec<(usize, Result<S::Link>)> {
         // Drained first, so that a wake written after the flag was cleared stays readable.
-        let _ = (&self.shared.wake).read(&mut [0u8; 8]);
+        self.shared.wake.drain();
         if !self.shared.waiting.swap(false, Ordering::AcqRel) {
             return Vec::new();
         }
@@ -420,7 +408,7 @@ impl<S: LinkSetup> OnDemand<S> {
 
     /// What the mesh polls to wake when a link arrives.
     pub fn wake_fd(&self) -> libc::pollfd {
-        pollfd(self.shared.wake.as_raw_fd(), libc::POLLIN)
+        self.shared.wake.pollfd()
     }
 
     /// Goes on as the group of the ranks `keep` (sorted, old numbers) with id `group`: the
@@ -487,7 +475,7 @@ fn serve<S: LinkSetup>(shared: &Shared<S>, mut accepting: Accepting) {
         if ended > 0 {
             shared.waiting.store(true, Ordering::Release);
             shared.arrived.notify_all();
-            let _ = (&shared.wake).write(&1u64.to_ne_bytes());
+            shared.wake.ring();
         }
         poll_fds(&mut fds, Duration::from_millis(500));
     }

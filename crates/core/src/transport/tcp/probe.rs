@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::interrupt;
 use crate::netio::timed_out;
 use crate::store::Store;
-use crate::transport::remaining;
+use crate::timeout::remaining;
 
 /// The links' one-way latency, the same on every rank: half the shortest handshake round
 /// trip of the highest rank (which dials every lower rank it links at init: both its ring
