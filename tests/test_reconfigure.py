@@ -188,11 +188,10 @@ def test_support_queries_answer_on_every_torch(worlds: Callable[[int], World],
                                                world: int) -> None:
     """torch 2.14's support queries and ``get_error`` answer on the default group and its
     backend object on every torch the suite runs (2.13's torch door too), gloo's answers on
-    gloo: reconfigure yes, windows where the ranks share one host with shared memory (gloo:
-    never), abort hooks yes (gloo: no), completion hooks no."""
+    gloo: reconfigure yes, windows yes on every group (UNIFIED or SEPARATE; gloo: never), abort
+    hooks yes (gloo: no), completion hooks no."""
     abort_hooks = not (IS_TORCH and BACKEND == "gloo")
-    windows = abort_hooks and (world == 1 or (os.environ.get("RUSTDIST_SHM") != "0"
-                                              and not HOSTS_SPEC))
+    windows = abort_hooks
     for rank, got in enumerate(worlds(world).run("reconfigure_cases:support_queries")):
         if IS_TORCH and BACKEND == "gloo" and not TORCH_HAS_RECONFIGURE:
             assert all(str(v).startswith("raised") for v in got.values()), got

@@ -162,8 +162,8 @@ class ProcessGroup:
         """How the ranks reach each other: "shm", "tcp" or "hierarchical"."""
     @property
     def supports_window(self) -> bool:
-        """Whether the group can hold one-sided windows: every rank on one host with shared
-        memory (or a group of one)."""
+        """Whether the group can hold one-sided windows: always (UNIFIED on one host with
+        shared memory, SEPARATE elsewhere)."""
     @property
     def link_model(self) -> tuple[float, int]:
         """The TCP link model algorithm selection uses: (one-way latency in seconds, bytes

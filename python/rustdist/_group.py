@@ -348,8 +348,8 @@ class ProcessGroup(_GroupBase):  # type: ignore[misc, valid-type]
 
     @property
     def supports_window(self) -> bool:
-        """Whether one-sided windows (``new_window``) work on the group: when all its ranks
-        share one host with shared memory (UNIFIED access; not yet across hosts)."""
+        """Whether one-sided windows (``new_window``) work on the group: always (UNIFIED
+        access where all its ranks share one host with shared memory, SEPARATE elsewhere)."""
         return bool(self._pg.supports_window)
 
     def new_window(self, tensor: Any = None) -> _window.Window:

@@ -190,7 +190,7 @@ impl PyProcessGroup {
         (model.latency.as_secs_f64(), model.bandwidth)
     }
 
-    /// Whether the group can hold one-sided windows (every rank on one host, shared memory).
+    /// Whether the group can hold one-sided windows: always (UNIFIED or SEPARATE access).
     #[getter]
     fn supports_window(&self) -> bool {
         self.pg.supports_window()
