@@ -23,15 +23,17 @@ import importlib.util
 import json
 import os
 import re
+import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Optional
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import free_port, run_reaped  # noqa: E402
+from harness import free_port, reaped, run_reaped  # noqa: E402
 
 torch = pytest.importorskip("torch", reason="the frameworks run on torch")
 
@@ -50,6 +52,11 @@ STEPS = 4
 #: had printed its result before; else it runs again, up to GLOO_TRIES times in all.
 GLOO_EXIT_ABORT = "terminate called without an active exception"
 GLOO_TRIES = 3
+#: How long a run's processes get to exit once every rank has printed its result. gloo's run
+#: of the Fabric program once hung there in CI (torch 2.13): such a gloo run counts as the
+#: abort above does; a rustdist run that does not exit in time fails.
+EXIT_GRACE = 60
+WORLD = 2
 RESULT = re.compile(r"RESULT (\{[^{}]*\})")
 
 
@@ -103,17 +110,45 @@ def _env() -> dict[str, str]:
         RAY_USAGE_STATS_ENABLED="0")
 
 
-def _run_once(recipe: Recipe, backend: str, tmp: Path) -> tuple[int, str]:
+def _run_once(recipe: Recipe, backend: str, tmp: Path) -> tuple[Optional[int], str]:
+    """Runs the program once: its exit code (None when it was still running EXIT_GRACE seconds
+    after every rank's result, or RUN_TIMEOUT seconds after it started) and its output."""
     env = _env()
     program = str(EXAMPLES / recipe.program)
     if recipe.launcher == "torchrun":
-        cmd = [str(Path(sys.executable).parent / "torchrun"), "--nproc-per-node", "2",
+        cmd = [str(Path(sys.executable).parent / "torchrun"), "--nproc-per-node", str(WORLD),
                "--master-addr", "127.0.0.1", "--master-port", env["MASTER_PORT"], program]
     else:
         cmd = [sys.executable, program]
-    p = run_reaped([*cmd, *recipe.args, "--backend", backend], cwd=tmp, env=env,
-                   timeout=RUN_TIMEOUT)
-    return p.returncode, p.stdout + p.stderr
+    lines: list[str] = []
+    settled = threading.Event()  # every rank's result printed, or the output closed
+
+    def read(out: IO[str]) -> None:
+        results = 0
+        for line in out:
+            lines.append(line)
+            results += len(RESULT.findall(line))
+            if results >= WORLD:
+                settled.set()
+        settled.set()
+
+    with reaped() as tag:
+        p = subprocess.Popen([*cmd, *recipe.args, "--backend", backend], cwd=tmp,
+                             env={**env, **tag}, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+        assert p.stdout is not None
+        reader = threading.Thread(target=read, args=(p.stdout,), daemon=True)
+        reader.start()
+        settled.wait(RUN_TIMEOUT)
+        try:
+            code: Optional[int] = p.wait(timeout=EXIT_GRACE)
+        except subprocess.TimeoutExpired:
+            code = None
+            p.kill()
+            p.wait()
+    # the reaping killed whatever still held the output open
+    reader.join(timeout=EXIT_GRACE)
+    return code, "".join(lines)
 
 
 def _results(log: str) -> list[dict[str, Any]]:
@@ -127,14 +162,17 @@ def _run(recipe: Recipe, backend: str, tmp: Path) -> list[dict[str, Any]]:
     where.mkdir()
     for _ in range(GLOO_TRIES if backend == "gloo" else 1):
         code, log = _run_once(recipe, backend, where)
-        if code == 0 or backend != "gloo" or GLOO_EXIT_ABORT not in log:
+        if code == 0 or backend != "gloo" or (code is not None and GLOO_EXIT_ABORT not in log):
             break
-        if [r["rank"] for r in _results(log)] == [0, 1]:
-            code = 0  # every rank's result came before gloo's abort
+        if [r["rank"] for r in _results(log)] == list(range(WORLD)):
+            code = 0  # every rank's result came before gloo's abort or hang at exit
             break
+    assert code is not None, \
+        f"{recipe.program} on {backend} did not exit (limits: {RUN_TIMEOUT} s, {EXIT_GRACE} s " \
+        f"after every rank's result):\n{log[-8000:]}"
     assert code == 0, f"{recipe.program} on {backend} failed (exit {code}):\n{log[-8000:]}"
     ranks = _results(log)
-    assert [r["rank"] for r in ranks] == [0, 1], f"one RESULT per rank expected:\n{log[-8000:]}"
+    assert [r["rank"] for r in ranks] == list(range(WORLD)), f"one RESULT per rank expected:\n{log[-8000:]}"
     return ranks
 
 
