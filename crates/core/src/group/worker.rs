@@ -45,7 +45,8 @@ pub(super) struct Queue {
     cond: Condvar,
     /// Set while the worker pumps the transport (asleep in poll(2), not on `cond`).
     pumping: AtomicBool,
-    /// Rung by `push` while the worker pumps (None where no eventfd could be made).
+    /// Rung by `push` while the worker pumps (None where no eventfd could be made). Made on
+    /// the first pump: a group that never pumps holds no descriptor for it.
     wake: OnceLock<Option<Arc<Wake>>>,
     /// Set while the worker holds the engine only to read its links once (`Transport::sweep`).
     sweeping: AtomicBool,
@@ -160,8 +161,11 @@ impl Shared {
             Err(_) if self.queue.sweeping.load(Ordering::Acquire) => lock(&self.engine),
             Err(_) => return None,
         };
-        self.queue.calls.fetch_add(1, Ordering::Relaxed);
-        (!self.queue.has_jobs() && !engine.transport.has_pending()).then_some(engine)
+        let idle = !self.queue.has_jobs() && !engine.transport.has_pending();
+        if idle {
+            self.queue.calls.fetch_add(1, Ordering::Relaxed);
+        }
+        idle.then_some(engine)
     }
 
     /// The worker: runs queued jobs, and while none is queued moves posted transfers and
