@@ -58,6 +58,12 @@ def test_puts_land_while_the_target_calls_nothing(worlds: Callable[[int], World]
     worlds(world).run("window_cases:window_idle_target", store_path=str(tmp_path / "store"))
 
 
+@pytest.mark.parametrize("world", [2, 3])
+def test_a_lone_put_lands_without_a_signal(worlds: Callable[[int], World], world: int,
+                                           tmp_path: Path) -> None:
+    worlds(world).run("window_cases:window_lone_put", store_path=str(tmp_path / "store"))
+
+
 def test_a_thousand_windows_leak_nothing(worlds: Callable[[int], World]) -> None:
     worlds(2).run("window_cases:window_churn", windows=1000, timeout=150)
 

@@ -9,6 +9,7 @@ the cases check whichever the world has."""
 from __future__ import annotations
 
 import os
+import time
 import types
 from datetime import timedelta
 from typing import Any
@@ -192,6 +193,30 @@ def case_window_idle_target(dist: Any, rank: int, world: int, store_path: str) -
         store.wait(["puts_done"])  # no call into the group until rank 0's puts completed
         window.wait_signal(0, False)
         check(mine, pattern, "rank 1's window after rank 0's puts")
+    dist.barrier()
+    window.tensor_deregister()
+
+
+def case_window_lone_put(dist: Any, rank: int, world: int, store_path: str) -> None:
+    """A small put that no signal follows still lands: rank 0 puts 8 values into rank 1's
+    window and then calls nothing rustdist; rank 1, calling nothing either, watches its own
+    tensor until they are there (on TCP a small synchronous put is queued to leave with the
+    frame after it; with none, the engine sends it in its next round)."""
+    store = dist.FileStore(store_path, world)
+    mine = torch.zeros(NUMEL)
+    window = dist._new_window(mine)
+    block = torch.arange(1, 9, dtype=torch.float32)
+    if rank == 0:
+        window.put(block, 1, 3, False)
+        store.set("put_done", "1")
+        store.wait(["seen"])  # no call into the group until rank 1 saw the values
+    elif rank == 1:
+        store.wait(["put_done"])
+        deadline = time.monotonic() + 10
+        while not torch.equal(mine[3:11], block) and time.monotonic() < deadline:
+            pass
+        check(mine[3:11], block, "rank 1's window, 10 s after rank 0's lone put")
+        store.set("seen", "1")
     dist.barrier()
     window.tensor_deregister()
 

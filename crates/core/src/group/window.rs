@@ -26,6 +26,9 @@ const RECORD: usize = 256;
 const NAME: usize = 64;
 /// The most metadata bytes a rank may attach to its registration.
 pub const META_BYTES: usize = RECORD - NAME - 8 - 1;
+/// The largest synchronous put over the links that is copied and queued rather than written
+/// and waited for: it then leaves in one write with the signal that follows it.
+const EAGER_PUT_MAX: usize = 16 << 10;
 
 /// A registered window: the memories mapped here (every rank's with UNIFIED access, this
 /// rank's alone with SEPARATE), and what this rank has waited for.
@@ -254,6 +257,11 @@ impl ProcessGroup {
             let slot = outcome.clone();
             let done = Box::new(move |sent| *lock(&slot) = Some(sent));
             eng.transport.post_window(dst, id, frame, deadline, done);
+            // A small put copied and queued is done at once: it leaves with the next frame to
+            // `dst` (the signal after it), or in the worker's next round.
+            if let Some(sent) = lock(&outcome).take() {
+                return sent.map(|_| None);
+            }
             let sent = || lock(&outcome).is_some();
             let what = format!("{} to rank {dst}", op.name);
             eng.transport.wait_window(dst, &sent, deadline, &what)?;
@@ -282,9 +290,17 @@ impl ProcessGroup {
                     "a put of {len} bytes at byte {offset} does not fit rank {dst}'s window of {room} bytes"
                 )));
             }
-            let put = WindowFrame::Put {
-                offset: offset as u64,
-                data: src.buf,
+            let offset = offset as u64;
+            let put = match mode {
+                Run::Sync if len <= EAGER_PUT_MAX => WindowFrame::PutCopy {
+                    offset,
+                    // SAFETY: the caller keeps `src` alive and unchanged during this call.
+                    data: unsafe { src.buf.as_slice() }.to_vec(),
+                },
+                _ => WindowFrame::Put {
+                    offset,
+                    data: src.buf,
+                },
             };
             let id = window.on_links.unwrap_or_default();
             return self.post_window_frame(id, recorded, dst, put, mode);

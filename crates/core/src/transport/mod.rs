@@ -49,6 +49,9 @@ fn no_windows() -> Error {
 pub enum WindowFrame {
     /// `data` into the owner's window at byte `offset`.
     Put { offset: u64, data: RawBuf },
+    /// The same with the data copied (a small synchronous put): it is queued, not waited
+    /// for, and leaves with whatever follows it to the same rank (its signal) in one write.
+    PutCopy { offset: u64, data: Vec<u8> },
     /// One more signal from this rank, after its earlier puts.
     Signal,
 }

@@ -31,9 +31,8 @@ impl MeshTransport {
             true
         });
         for peer in self.peers.iter_mut().flatten() {
-            // Only frames not yet started can be dropped; the front one may be half written.
-            let keep_front = usize::from(peer.txq.front().is_some_and(|f| f.off > 0));
-            let mut i = keep_front;
+            // Only frames not yet started can be dropped.
+            let mut i = peer.started();
             while i < peer.txq.len() {
                 if peer.txq[i].done.as_ref().is_some_and(|(_, d)| *d <= now) {
                     if let Some(f) = peer.txq.remove(i) {

@@ -116,6 +116,7 @@ impl MeshTransport {
                 _ => {}
             }
             let mut kept = VecDeque::new();
+            let started = peer.started();
             for (i, mut frame) in peer.txq.drain(..).enumerate() {
                 let control = frame.done.is_none() && frame.owned.is_some();
                 if let Some((done, _)) = frame.done.take() {
@@ -123,7 +124,7 @@ impl MeshTransport {
                 }
                 if control {
                     kept.push_back(frame);
-                } else if i == 0 && frame.off > 0 {
+                } else if i < started {
                     frame.zero_payload();
                     kept.push_back(frame);
                 }
@@ -306,6 +307,12 @@ impl Peer {
         self.paused || self.holds_frame()
     }
 
+    /// How many queued frames have been started (partly or wholly written): a prefix of the
+    /// queue, which nothing may be put ahead of or dropped from.
+    pub(super) fn started(&self) -> usize {
+        self.txq.iter().take_while(|f| f.off > 0).count()
+    }
+
     /// A buffer for the payload of a frame read into the stash: a spare one when there is
     /// one. Its length is stale; the stash grows it as bytes arrive and trims it at the end.
     pub(super) fn stash_buffer(&mut self) -> Vec<u8> {
@@ -342,6 +349,11 @@ pub(super) struct OutFrame {
 }
 
 impl OutFrame {
+    /// Its length on the link: header and payload.
+    pub(super) fn total(&self) -> usize {
+        HEADER_LEN + self.data.len()
+    }
+
     /// A frame that owns its payload (control frames: no caller keeps anything alive).
     pub(super) fn owned(hdr: Header, mut payload: Vec<u8>) -> OutFrame {
         OutFrame {

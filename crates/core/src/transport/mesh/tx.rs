@@ -8,6 +8,9 @@ use super::state::{MeshTransport, OutFrame};
 use crate::error::{Error, Result};
 use crate::transport::frame::{FrameKind, Header, HEADER_LEN};
 
+/// The most frames one write takes.
+const GATHER: usize = 16;
+
 impl MeshTransport {
     /// Queues a frame for `p`; returns its ticket (flushed once no queued frame has it).
     pub(super) fn queue(&mut self, p: usize, mut frame: OutFrame) -> Result<u64> {
@@ -24,19 +27,17 @@ impl MeshTransport {
             .is_some_and(|x| !x.txq.iter().any(|f| f.ticket == ticket))
     }
 
-    /// Writes queued frames to `p` as far as its link takes them.
+    /// Writes queued frames to `p` as far as its link takes them: the frames not yet taken, up
+    /// to GATHER of them, in one write (a put and the signal behind it leave in one segment).
+    /// Frames partly or wholly taken are always a prefix of the queue.
     pub(super) fn flush_peer(&mut self, p: usize) -> Result<bool> {
         let mut moved = false;
         loop {
             let peer = self.peer(p)?;
-            let Some(f) = peer.txq.front_mut() else {
+            let Some(f) = peer.txq.front() else {
                 return Ok(moved);
             };
-            // SAFETY: the frame's owner keeps the payload alive until it is flushed (see
-            // OutFrame); frames of a failed transport are dropped before their owners return.
-            let data = unsafe { f.data.as_slice() };
-            let total = HEADER_LEN + data.len();
-            let res = if f.off == total {
+            if f.off == f.total() {
                 // Every byte taken: sent once the link holds none of them (TLS records).
                 match peer.link.flush() {
                     Ok(true) => {
@@ -48,41 +49,54 @@ impl MeshTransport {
                         continue;
                     }
                     Ok(false) => return Ok(moved),
-                    Err(e) => Err(e),
+                    Err(e) => return Err(self.send_failed(p, e)),
                 }
-            } else if f.off < HEADER_LEN {
-                peer.link
-                    .write_vectored(&[IoSlice::new(&f.header[f.off..]), IoSlice::new(data)])
-            } else {
-                peer.link
-                    .write_vectored(&[IoSlice::new(&data[f.off - HEADER_LEN..])])
-            };
-            match res {
+            }
+            let mut bufs = Vec::with_capacity(2 * GATHER);
+            for f in peer.txq.iter().take(GATHER) {
+                // SAFETY: the frame's owner keeps the payload alive until it is flushed (see
+                // OutFrame); frames of a failed transport are dropped before their owners return.
+                let data = unsafe { f.data.as_slice() };
+                if f.off < HEADER_LEN {
+                    bufs.push(IoSlice::new(&f.header[f.off..]));
+                    bufs.push(IoSlice::new(data));
+                } else {
+                    bufs.push(IoSlice::new(&data[f.off - HEADER_LEN..]));
+                }
+            }
+            match peer.link.write_vectored(&bufs) {
                 Ok(0) => {
                     return Err(self.fail(Error::network(format!(
                         "connection to rank {p} closed while sending"
                     ))))
                 }
-                Ok(n) => {
-                    f.off += n;
+                Ok(mut n) => {
                     moved = true;
+                    for f in peer.txq.iter_mut() {
+                        let take = (f.total() - f.off).min(n);
+                        f.off += take;
+                        n -= take;
+                        if n == 0 {
+                            break;
+                        }
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(moved),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    let rank = self.rank;
-                    let why = match e.kind() {
-                        io::ErrorKind::InvalidData => {
-                            format!("the TLS link from rank {rank} to rank {p} failed: {e}")
-                        }
-                        _ => format!(
-                            "rank {p} is unreachable (sending failed: {e}); it probably died"
-                        ),
-                    };
-                    return Err(self.fail(Error::network(why)));
-                }
+                Err(e) => return Err(self.send_failed(p, e)),
             }
         }
+    }
+
+    fn send_failed(&mut self, p: usize, e: io::Error) -> Error {
+        let rank = self.rank;
+        let why = match e.kind() {
+            io::ErrorKind::InvalidData => {
+                format!("the TLS link from rank {rank} to rank {p} failed: {e}")
+            }
+            _ => format!("rank {p} is unreachable (sending failed: {e}); it probably died"),
+        };
+        self.fail(Error::network(why))
     }
 
     /// Sends a control frame (abort, goodbye) to every peer within 200 ms, best effort: a
@@ -137,7 +151,7 @@ impl MeshTransport {
         let peer = self.peer(p)?;
         peer.queued += 1;
         frame.ticket = peer.queued;
-        let at = usize::from(peer.txq.front().is_some_and(|f| f.off > 0));
+        let at = peer.started();
         peer.txq.insert(at, frame);
         Ok(peer.queued)
     }

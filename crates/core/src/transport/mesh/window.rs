@@ -73,12 +73,31 @@ impl MeshTransport {
                 }
                 out
             }
+            WindowFrame::PutCopy { offset, data } => {
+                let hdr = self.window_header(FrameKind::WindowPut, window, offset, data.len());
+                let out = OutFrame::owned(hdr, data);
+                let idle = self.peers[peer].as_ref().is_some_and(|x| x.txq.is_empty());
+                if !idle {
+                    // Puts back to back: this one goes out now with the one left waiting.
+                    out
+                } else {
+                    // Done now: the frame owns its bytes and waits for the next frame to
+                    // `peer` (or the worker's next round); no pending transfer, so the
+                    // program's next call still runs on its own thread.
+                    done(Ok(peer));
+                    return self.queue_owned(peer, out);
+                }
+            }
             WindowFrame::Signal => OutFrame::owned(
                 self.window_header(FrameKind::WindowSignal, window, 0, 0),
                 Vec::new(),
             ),
         };
         out.done = Some((done, deadline));
+        self.queue_owned(peer, out);
+    }
+
+    fn queue_owned(&mut self, peer: usize, out: OutFrame) {
         if let Err(e) = self.queue(peer, out) {
             self.fail(e);
         }
