@@ -52,19 +52,23 @@ impl MeshTransport {
                     Err(e) => return Err(self.send_failed(p, e)),
                 }
             }
-            let mut bufs = Vec::with_capacity(2 * GATHER);
+            // On the stack: this runs for every frame sent.
+            let mut bufs = [IoSlice::new(&[]); 2 * GATHER];
+            let mut used = 0;
             for f in peer.txq.iter().take(GATHER) {
                 // SAFETY: the frame's owner keeps the payload alive until it is flushed (see
                 // OutFrame); frames of a failed transport are dropped before their owners return.
                 let data = unsafe { f.data.as_slice() };
                 if f.off < HEADER_LEN {
-                    bufs.push(IoSlice::new(&f.header[f.off..]));
-                    bufs.push(IoSlice::new(data));
+                    bufs[used] = IoSlice::new(&f.header[f.off..]);
+                    bufs[used + 1] = IoSlice::new(data);
+                    used += 2;
                 } else {
-                    bufs.push(IoSlice::new(&data[f.off - HEADER_LEN..]));
+                    bufs[used] = IoSlice::new(&data[f.off - HEADER_LEN..]);
+                    used += 1;
                 }
             }
-            match peer.link.write_vectored(&bufs) {
+            match peer.link.write_vectored(&bufs[..used]) {
                 Ok(0) => {
                     return Err(self.fail(Error::network(format!(
                         "connection to rank {p} closed while sending"

@@ -76,17 +76,15 @@ impl MeshTransport {
             WindowFrame::PutCopy { offset, data } => {
                 let hdr = self.window_header(FrameKind::WindowPut, window, offset, data.len());
                 let out = OutFrame::owned(hdr, data);
-                let idle = self.peers[peer].as_ref().is_some_and(|x| x.txq.is_empty());
-                if !idle {
-                    // Puts back to back: this one goes out now with the one left waiting.
-                    out
-                } else {
+                if self.peers[peer].as_ref().is_some_and(|x| x.txq.is_empty()) {
                     // Done now: the frame owns its bytes and waits for the next frame to
                     // `peer` (or the worker's next round); no pending transfer, so the
                     // program's next call still runs on its own thread.
                     done(Ok(peer));
-                    return self.queue_owned(peer, out);
+                    return self.queue_or_fail(peer, out);
                 }
+                // Puts back to back: this one goes out now with the one left waiting.
+                out
             }
             WindowFrame::Signal => OutFrame::owned(
                 self.window_header(FrameKind::WindowSignal, window, 0, 0),
@@ -94,10 +92,10 @@ impl MeshTransport {
             ),
         };
         out.done = Some((done, deadline));
-        self.queue_owned(peer, out);
+        self.queue_or_fail(peer, out);
     }
 
-    fn queue_owned(&mut self, peer: usize, out: OutFrame) {
+    fn queue_or_fail(&mut self, peer: usize, out: OutFrame) {
         if let Err(e) = self.queue(peer, out) {
             self.fail(e);
         }
