@@ -64,6 +64,12 @@ def test_a_lone_put_lands_without_a_signal(worlds: Callable[[int], World], world
     worlds(world).run("window_cases:window_lone_put", store_path=str(tmp_path / "store"))
 
 
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_deregister_then_destroy_loses_no_put(worlds: Callable[[int], World],
+                                              world: int) -> None:
+    worlds(world).run("window_cases:window_deregister_then_leave", rounds=20)
+
+
 def test_a_thousand_windows_leak_nothing(worlds: Callable[[int], World]) -> None:
     worlds(2).run("window_cases:window_churn", windows=1000, timeout=150)
 

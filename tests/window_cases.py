@@ -221,6 +221,27 @@ def case_window_lone_put(dist: Any, rank: int, world: int, store_path: str) -> N
     window.tensor_deregister()
 
 
+def case_window_deregister_then_leave(dist: Any, rank: int, world: int, rounds: int) -> None:
+    """`rounds` times, on a new group: every rank puts 1 MiB into the next rank's window
+    asynchronously and, without waiting, deregisters and destroys the group, as a program's
+    last lines do. Each deregister completes (a peer that closed and left is no longer needed)
+    and each window then holds the previous rank's bytes (a put issued before its rank's
+    deregister lands)."""
+    n = 1 << 20
+    for r in range(rounds):
+        group = dist.new_group(list(range(world)))
+        mine = torch.zeros(n, dtype=torch.uint8)
+        window = dist._new_window(mine, group=group)
+        block = ((torch.arange(n) + rank + r) % 251).to(torch.uint8)
+        work = window.put(block, (rank + 1) % world, 0, True)
+        window.tensor_deregister()
+        work.wait()
+        dist.destroy_process_group(group)
+        want = ((torch.arange(n) + (rank - 1) % world + r) % 251).to(torch.uint8)
+        check(mine, want, f"round {r}: rank {rank}'s window after deregister")
+    dist.barrier()
+
+
 def _resources() -> tuple[int, int, int]:
     shm = len([n for n in os.listdir("/dev/shm") if n.startswith(f"rustdist-w-{os.getpid()}-")])
     return shm, len(os.listdir("/proc/self/fd")), len(os.listdir("/proc/self/task"))

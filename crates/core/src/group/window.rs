@@ -224,20 +224,21 @@ impl ProcessGroup {
     pub fn deregister_window(&self, window: &Window) -> Result<()> {
         window.check_open()?;
         window.deregistered.store(true, Ordering::Release);
-        self.own_memory(window)?.close();
-        match window.on_links {
-            Some(id) => {
-                self.start(Run::Sync, "deregister_window", None, move |eng| {
+        let own = self.own_memory(window)?;
+        let closed = match window.on_links {
+            Some(id) => self
+                .start(Run::Sync, "deregister_window", None, move |eng| {
                     let deadline = eng.deadline();
                     eng.transport.close_window(id, deadline)?;
                     Ok(None)
-                })?;
-            }
-            None => {
-                self.barrier(Run::Sync)?;
-            }
-        }
-        Ok(())
+                })
+                .map(drop),
+            None => self.barrier(Run::Sync).map(drop),
+        };
+        // Only now: a put a peer issued before its own deregister (still on the way, or run
+        // by its worker) lands rather than fail.
+        own.close();
+        closed
     }
 
     /// Sends a window frame to `dst` over the links; complete once the frame has left this

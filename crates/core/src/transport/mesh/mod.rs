@@ -559,7 +559,8 @@ impl Transport for MeshTransport {
         if peer != self.rank {
             self.link(peer, deadline)?;
         }
-        self.progress_until(&[peer], &|_| arrived(), deadline, &|| what.to_string())
+        let what = |_: &MeshTransport| what.to_string();
+        self.progress_until(&[peer], &|_, _| true, &|_| arrived(), deadline, &what)
     }
 
     fn close_window(&mut self, window: u32, deadline: Instant) -> Result<()> {
@@ -589,6 +590,7 @@ impl Transport for MeshTransport {
         self.heartbeat = None;
         self.on_demand = None;
         if self.failed.is_none() {
+            // Behind what is queued: a put not yet sent still lands.
             self.send_control(FrameKind::Goodbye, 0, &[]);
         }
         for peer in self.peers.iter_mut().flatten() {

@@ -4,15 +4,23 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::state::OutFrame;
 use super::MeshTransport;
 use crate::cancel::Cancel;
 use crate::store::{HashStore, Store};
 use crate::tensor::RawBuf;
+use crate::transport::frame::FrameKind;
+use crate::transport::window::WindowMemory;
 use crate::transport::Transport;
 
 const TIMEOUT: Duration = Duration::from_secs(20);
 
 fn connect_pair(prefix: &str) -> [MeshTransport; 2] {
+    let [a, b]: [MeshTransport; 2] = connect(prefix, 2).try_into().ok().expect("two ranks");
+    [a, b]
+}
+
+fn connect(prefix: &str, size: usize) -> Vec<MeshTransport> {
     let store: Arc<dyn Store> = Arc::new(HashStore::new());
     let dial = |rank: usize| {
         let (store, prefix) = (store.clone(), prefix.to_string());
@@ -22,7 +30,7 @@ fn connect_pair(prefix: &str) -> [MeshTransport; 2] {
                 store,
                 &prefix,
                 rank,
-                2,
+                size,
                 7,
                 TIMEOUT,
                 false,
@@ -31,13 +39,15 @@ fn connect_pair(prefix: &str) -> [MeshTransport; 2] {
             )
         })
     };
-    let (a, b) = (dial(0), dial(1));
-    let join = |h: std::thread::JoinHandle<crate::Result<MeshTransport>>| {
-        h.join()
-            .expect("rank thread panicked")
-            .expect("mesh connects")
-    };
-    [join(a), join(b)]
+    let dialing: Vec<_> = (0..size).map(dial).collect();
+    dialing
+        .into_iter()
+        .map(|h| {
+            h.join()
+                .expect("rank thread panicked")
+                .expect("mesh connects")
+        })
+        .collect()
 }
 
 /// Pumps `t` until `pending` operations reported success to `rx`.
@@ -315,6 +325,110 @@ fn a_shrink_skips_what_the_old_group_left_half_sent_and_half_read() {
         drive(&mut new_b, &rx, 2);
     });
     assert_eq!(got, msg);
+}
+
+/// Rank 0 deregisters a window and leaves once ranks 1 and 2 have closed it there; rank 1's
+/// close never reaches rank 2. Rank 2's deregister no longer needs rank 0, so it must time out
+/// waiting for rank 1 alone rather than fail because rank 0 left.
+#[test]
+fn a_deregister_does_not_need_a_peer_that_closed_and_left() {
+    let ranks = connect("leave", 3);
+    let memories: Vec<_> = (0..3)
+        .map(|r| {
+            let name = format!("/rustdist-test-{}-leave-{r}", std::process::id());
+            let mut memory = WindowMemory::create(&name, 3, 16).expect("window memory");
+            memory.unlink();
+            Arc::new(memory)
+        })
+        .collect();
+    let (others_done, rank1_may_go) = mpsc::channel::<()>();
+    let mut rank1_may_go = Some(rank1_may_go);
+    let outcomes: Vec<crate::Result<()>> = std::thread::scope(|s| {
+        let mut running: Vec<_> = ranks
+            .into_iter()
+            .zip(memories)
+            .enumerate()
+            .map(|(rank, (mut t, memory))| {
+                let rank1_may_go = rank1_may_go.take_if(|_| rank == 1);
+                s.spawn(move || {
+                    let id = t.attach(memory);
+                    match rank1_may_go {
+                        Some(may_go) => {
+                            // Its close to rank 0 only; then it stays, silent.
+                            let deadline = Instant::now() + TIMEOUT;
+                            t.link(0, deadline)?;
+                            let hdr = t.window_header(FrameKind::WindowClose, id, 0, 0);
+                            let ticket = t.queue(0, OutFrame::owned(hdr, Vec::new()))?;
+                            while !t.flushed(0, ticket) {
+                                t.flush_peer(0)?;
+                                assert!(Instant::now() < deadline, "rank 1's close not sent");
+                            }
+                            let _ = may_go.recv();
+                            Ok(())
+                        }
+                        None if rank == 0 => {
+                            t.close(id, Instant::now() + TIMEOUT)?;
+                            t.shutdown();
+                            Ok(())
+                        }
+                        None => t.close(id, Instant::now() + Duration::from_secs(2)),
+                    }
+                })
+            })
+            .collect();
+        let rank1 = running.remove(1);
+        let mut outcomes: Vec<_> = running
+            .into_iter()
+            .map(|h| h.join().expect("rank thread panicked"))
+            .collect();
+        drop(others_done);
+        outcomes.insert(1, rank1.join().expect("rank 1's thread panicked"));
+        outcomes
+    });
+    assert!(outcomes[0].is_ok(), "rank 0: {:?}", outcomes[0]);
+    let rank2 = outcomes[2]
+        .as_ref()
+        .expect_err("rank 2's close cannot complete")
+        .to_string();
+    assert!(
+        rank2.contains("timed out") && rank2.contains("waiting for ranks [1]"),
+        "{rank2}"
+    );
+}
+
+/// Rank 0 queues a put of 4 MiB (more than a socket takes at once) to rank 1 and shuts down
+/// before anything was written: its goodbye goes behind the put, so the whole put lands and
+/// rank 1 sees a clean leave, not a death.
+#[test]
+fn a_put_queued_before_shutdown_still_lands() {
+    const PUT: usize = 4 << 20;
+    let [mut leaving, mut staying] = connect_pair("goodbye");
+    let name = |r: usize| format!("/rustdist-test-{}-goodbye-{r}", std::process::id());
+    let mut memory = WindowMemory::create(&name(1), 2, PUT + 4).expect("window memory");
+    memory.unlink();
+    let memory = Arc::new(memory);
+    let mut unused = WindowMemory::create(&name(0), 2, 16).expect("window memory");
+    unused.unlink();
+    let deadline = Instant::now() + TIMEOUT;
+    let payload: Vec<u8> = (0..PUT).map(|i| (i % 251) as u8).collect();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let id = leaving.attach(Arc::new(unused));
+            leaving.link(1, deadline).expect("link to rank 1");
+            let hdr = leaving.window_header(FrameKind::WindowPut, id, 4, payload.len());
+            leaving
+                .queue(1, OutFrame::owned(hdr, payload.clone()))
+                .expect("queued");
+            leaving.shutdown();
+        });
+        staying.attach(memory.clone());
+        // SAFETY: PUT + 4 registered bytes, read while only this thread's sweeps write them.
+        let landed = || unsafe { std::slice::from_raw_parts(memory.data().add(4), PUT) } == payload;
+        while !landed() {
+            staying.sweep().expect("rank 0 leaves cleanly");
+            assert!(Instant::now() < deadline, "rank 0's put never landed");
+        }
+    });
 }
 
 /// The tests above again with every link over TLS (pinned keys; these ranks share a host,

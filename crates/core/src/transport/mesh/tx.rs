@@ -105,8 +105,9 @@ impl MeshTransport {
 
     /// Sends a control frame (abort, goodbye) to every peer within 200 ms, best effort: a
     /// peer that does not drain its link in time gets no notice and finds out from the closed
-    /// connection instead. It goes ahead of queued frames, but behind one half written (links
-    /// carry whole frames); what is left unwritten stays queued.
+    /// connection instead. An abort goes ahead of queued frames (but behind one half written:
+    /// links carry whole frames), a goodbye behind them all; what is left unwritten stays
+    /// queued.
     pub(super) fn send_control(&mut self, kind: FrameKind, class: u8, payload: &[u8]) {
         let hdr = Header {
             kind,
@@ -130,7 +131,11 @@ impl MeshTransport {
         let mut pending: Vec<(usize, u64)> = open
             .into_iter()
             .filter_map(|p| {
-                let ticket = self.queue_ahead(p, OutFrame::owned(hdr, payload.to_vec()));
+                let frame = OutFrame::owned(hdr, payload.to_vec());
+                let ticket = match kind {
+                    FrameKind::Goodbye => self.queue(p, frame),
+                    _ => self.queue_ahead(p, frame),
+                };
                 ticket.ok().map(|t| (p, t))
             })
             .collect();

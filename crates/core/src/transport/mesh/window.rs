@@ -17,7 +17,13 @@ use crate::transport::window::WindowMemory;
 use crate::transport::{remaining, P2pDone, WindowFrame};
 
 impl MeshTransport {
-    fn window_header(&self, kind: FrameKind, window: u32, offset: u64, len: usize) -> Header {
+    pub(super) fn window_header(
+        &self,
+        kind: FrameKind,
+        window: u32,
+        offset: u64,
+        len: usize,
+    ) -> Header {
         Header {
             kind,
             coll: 0,
@@ -102,16 +108,18 @@ impl MeshTransport {
     }
 
     /// Moves bytes until `arrived`, reading the `awaited` peers every round (nothing else
-    /// marks them needed), and fails when one of them is gone, the group fails or at
-    /// `deadline` (an error naming `what`). Spins briefly, then sleeps in poll(2).
+    /// marks them needed), and fails when one that `still_needed` is gone, the group fails or
+    /// at `deadline` (an error naming `what`). Spins briefly, then sleeps in poll(2).
     pub(super) fn progress_until(
         &mut self,
         awaited: &[usize],
+        still_needed: &dyn Fn(&MeshTransport, usize) -> bool,
         arrived: &dyn Fn(&MeshTransport) -> bool,
         deadline: Instant,
-        what: &dyn Fn() -> String,
+        what: &dyn Fn(&MeshTransport) -> String,
     ) -> Result<()> {
         let mut ready = Vec::new();
+        let mut needed = Vec::with_capacity(awaited.len());
         let mut spin = Spin::new();
         loop {
             let mut moved = self.serve_peers(None, &mut [], &mut ready)?;
@@ -126,7 +134,10 @@ impl MeshTransport {
                 return Err(self.fail(e));
             }
             interrupt::check()?;
-            self.check_needed_peers(&[], awaited)?;
+            // A peer that did its part may leave meanwhile (destroy its group) unnoticed.
+            needed.clear();
+            needed.extend(awaited.iter().copied().filter(|&p| still_needed(self, p)));
+            self.check_needed_peers(&[], &needed)?;
             if moved {
                 spin = Spin::new();
                 continue;
@@ -135,7 +146,7 @@ impl MeshTransport {
                 continue;
             }
             let Some(left) = remaining(deadline) else {
-                return Err(Error::backend(format!("{} timed out", what())));
+                return Err(Error::backend(format!("{} timed out", what(self))));
             };
             self.block(left.min(interrupt::POLL), &mut ready)?;
             spin = Spin::new();
@@ -163,8 +174,16 @@ impl MeshTransport {
         let open: Vec<usize> = (0..self.size)
             .filter(|&p| p != rank && !self.windows[slot].closed[p])
             .collect();
-        let what = || format!("deregistering the window (waiting for ranks {open:?})");
-        self.progress_until(&open, &arrived, deadline, &what)?;
+        let close_awaited = |t: &MeshTransport, p: usize| !t.windows[slot].closed[p];
+        let what = |t: &MeshTransport| {
+            let left: Vec<usize> = open
+                .iter()
+                .copied()
+                .filter(|&p| close_awaited(t, p))
+                .collect();
+            format!("deregistering the window (waiting for ranks {left:?})")
+        };
+        self.progress_until(&open, &close_awaited, &arrived, deadline, &what)?;
         self.windows.remove(slot);
         Ok(())
     }
