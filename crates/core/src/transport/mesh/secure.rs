@@ -6,7 +6,7 @@
 use std::io;
 use std::net::TcpStream;
 
-use super::link::{Connection, Stream};
+use super::link::{Connection, PlainStream, Stream};
 use crate::error::{Error, Result};
 use crate::tls::{Fingerprint, Tls, TlsStream};
 use crate::transport::shm::ShmPipe;
@@ -28,7 +28,7 @@ impl LinkTls {
     /// `sock`, one stream to `peer`, as the link carries it.
     pub(super) fn wrap(&self, peer: usize, sock: TcpStream) -> Result<Box<dyn Stream>> {
         if !self.tls.local && !between_hosts(&sock) {
-            return Ok(Box::new(sock));
+            return Ok(PlainStream::boxed(sock));
         }
         let pin = self.pins.get(peer).copied().flatten();
         let wrapped = || -> Result<Box<dyn Stream>> {
@@ -71,7 +71,7 @@ pub(super) fn connection(
         .chain(extra)
         .map(|s| match tls {
             Some(tls) => tls.wrap(peer, s),
-            None => Ok(Box::new(s) as Box<dyn Stream>),
+            None => Ok(PlainStream::boxed(s)),
         })
         .collect::<Result<Vec<_>>>()?;
     Ok(Connection::streams(streams))

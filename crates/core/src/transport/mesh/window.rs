@@ -195,7 +195,8 @@ impl MeshTransport {
         let peers = self.peers.iter().flatten().filter(|peer| !peer.closed);
         let mut fds = Vec::new();
         for peer in peers {
-            if peer.link.in_memory() || peer.link.buffered() || !peer.txq.is_empty() {
+            let news = peer.link.buffered() && !peer.unread();
+            if peer.link.in_memory() || news || !peer.txq.is_empty() {
                 return None;
             }
             if !peer.unread() {
