@@ -159,6 +159,19 @@ def test_window_options() -> None:
             cli.parse_args(bad)
 
 
+@pytest.mark.timeout(30)
+def test_window_rsh_agent_runs_the_daemon_on_the_named_host(tmp_path: Path) -> None:
+    """The rsh agent --window gives mpirun for the test hosts: it skips rsh's options, finds
+    the host by its address and runs the command line after the prefix that enters it."""
+    agent = tmp_path / "agent"
+    agent.write_text(window.RSH_AGENT.format(python=sys.executable, table={
+        "10.77.0.1": ["echo", "on host 0:"], "10.77.0.2": ["echo", "on host 1:"]}))
+    agent.chmod(0o755)
+    done = run_reaped([str(agent), "-x", "10.77.0.2", "orted", "--daemon", "1"], timeout=20)
+    assert done.stdout.split() == ["on", "host", "1:", "sh", "-c", "orted", "--daemon", "1"], \
+        done
+
+
 _WINDOW_RESULT = {
     "world": 2,
     "latency": [{"bytes": 8, "rustdist_us": 0.3, "mpi_us": 0.45}],

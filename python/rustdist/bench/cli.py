@@ -119,7 +119,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
         args.bind = bool(args.vs)
     if args.window and (args.scale or args.train or args.soak or args.recovery or args.vs
                         or args.device == "cuda" or args.link):
-        p.error("--window runs its own sides (rustdist and Open MPI) on one host: not with "
+        p.error("--window runs its own sides (rustdist and Open MPI) and links: not with "
                 "--scale, --train, --soak, --recovery, --vs, --device cuda or --link")
     args.mode = ("window" if args.window else "scale" if args.scale else "train" if args.train
                  else "soak" if args.soak

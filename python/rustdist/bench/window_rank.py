@@ -6,10 +6,11 @@ round trip beside rustdist's matched send/recv. Ranks pair up (r with r ^ 1), ev
 once; the even rank of a pair is the origin. The slowest pair's median over the repeats is
 reported; rank 0 writes the results to the JSON file it was given.
 
-On TCP (``RUSTDIST_SHM=0``; Open MPI on its TCP transport) a rustdist put completes when its
-bytes have left the origin, while ``Flush`` waits until they are at the target: so there each
-rustdist put (or burst) is followed by a signal that the target answers with one, and the time
-includes that round trip (remote completion at the origin, as ``Flush`` gives).
+Where the window's access is SEPARATE (``RUSTDIST_SHM=0``, or the ranks on different hosts;
+Open MPI on its TCP transport) a rustdist put completes when its bytes have left the origin,
+while ``Flush`` waits until they are at the target: so there each rustdist put (or burst) is
+followed by a signal that the target answers with one, and the time includes that round trip
+(remote completion at the origin, as ``Flush`` gives).
 
     mpirun -np W python -m rustdist.bench.window_rank OUT.json [--quick]
 """
@@ -49,11 +50,12 @@ class Pair:
         self.peer = self.rank ^ 1
         self.origin = self.rank % 2 == 0
         self.active = self.peer < self.world
-        # Puts carried on the links complete at the origin before they land: see above.
-        self.acked = os.environ.get("RUSTDIST_SHM") == "0"
         self.src = np.arange(WINDOW_BYTES, dtype=np.uint64).astype(np.uint8)
         self.rd_mem = np.zeros(WINDOW_BYTES, dtype=np.uint8)
         self.rd_win = rd._new_window(self.rd_mem)
+        # Puts carried on the links complete at the origin before they land: see above.
+        self.acked = (self.active
+                      and self.rd_win.get_attr(self.peer).access_type.name == "SEPARATE")
         self.mpi_win = MPI.Win.Allocate(WINDOW_BYTES, 1, comm=self.comm)
         self.mpi_win.Lock_all()
 
