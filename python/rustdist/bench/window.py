@@ -26,19 +26,20 @@ from .launch import free_port
 DEFAULT_WORLDS = [2, 4]
 #: Each link: the ranks' environment and Open MPI's transport options. On TCP, Open MPI's
 #: one-sided path is osc pt2pt over btl tcp, which refuses MPI_THREAD_MULTIPLE (mpi4py's
-#: default); only the main thread calls MPI, so serialized suffices. Open MPI reads its TCP
-#: sockets from its event loop, which its progress engine enters only every 10 ms while no
-#: request waits on it (``opal_progress``): a passive target then answers a ``Flush`` about
-#: 8 ms late. ``mpi_event_tick_rate 1`` enters it at every progress call, its best latency.
+#: default); only the main thread calls MPI, so serialized suffices. Between test hosts every
+#: rank has a host's one slot, so Open MPI would spin without yielding, though the hosts share
+#: this machine's cores: the kernel's packet delivery then waits for a timeslice, and even a
+#: plain Send/Recv round trip took 8 ms. ``mpi_yield_when_idle 1``, what Open MPI sets itself
+#: when it knows ranks share cores, brings it to 34 us.
 LINKS: dict[str, tuple[dict[str, str], list[str]]] = {
     "shm": ({}, []),
     "tcp": ({"RUSTDIST_SHM": "0", "MPI4PY_RC_THREAD_LEVEL": "serialized"},
             ["--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "lo",
-             "--mca", "osc", "pt2pt", "--mca", "mpi_event_tick_rate", "1"]),
+             "--mca", "osc", "pt2pt"]),
     "hosts": ({"MPI4PY_RC_THREAD_LEVEL": "serialized"},
               ["--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "eth0",
                "--mca", "oob_tcp_if_include", "eth0", "--mca", "osc", "pt2pt",
-               "--mca", "mpi_event_tick_rate", "1"]),
+               "--mca", "mpi_yield_when_idle", "1"]),
 }
 #: Open MPI starts its daemon on each test host through this rsh agent: the host is named by
 #: its address, and the command runs inside the host's namespaces (``Hosts.command``).
