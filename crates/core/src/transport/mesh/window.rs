@@ -118,6 +118,16 @@ impl MeshTransport {
         deadline: Instant,
         what: &dyn Fn(&MeshTransport) -> String,
     ) -> Result<()> {
+        // Awaited may be this rank's own frame leaving (a signal): written, it is done without
+        // a read of any link.
+        for &p in awaited {
+            if self.peers[p].as_ref().is_some_and(|x| !x.txq.is_empty()) {
+                self.flush_peer(p)?;
+            }
+        }
+        if arrived(self) {
+            return Ok(());
+        }
         let mut ready = Vec::new();
         let mut needed = Vec::with_capacity(awaited.len());
         let mut spin = Spin::new();
