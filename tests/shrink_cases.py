@@ -125,6 +125,8 @@ def case_shrink_pending(dist: Any, rank: int, world: int, victim: int) -> None:
     pending = dist.irecv(inbox, src=victim, tag=11)
     store = dist.distributed_c10d._get_default_store()
     if rank == 0:
+        # Every other rank has its receive posted before the abort fails the group.
+        store.wait([f"shrink_pending/posted/{r}" for r in range(1, world) if r != victim])
         try:
             dist.shrink_group([victim])
         except RuntimeError as e:
@@ -133,6 +135,7 @@ def case_shrink_pending(dist: Any, rank: int, world: int, victim: int) -> None:
             raise AssertionError("shrink_group with a receive pending did not raise")
         store.set("shrink_pending/refused", "1")
     else:
+        store.set(f"shrink_pending/posted/{rank}", "1")
         store.wait(["shrink_pending/refused"])
     shrunk = dist.shrink_group([victim], shrink_flags=dist.distributed_c10d.SHRINK_ABORT)
     try:
