@@ -30,7 +30,7 @@ DEFAULT_WORLDS = [2, 4]
 #: rank has a host's one slot, so Open MPI would spin without yielding, though the hosts share
 #: this machine's cores: the kernel's packet delivery then waits for a timeslice, and even a
 #: plain Send/Recv round trip took 8 ms. ``mpi_yield_when_idle 1``, what Open MPI sets itself
-#: when it knows ranks share cores, brings it to 34 us.
+#: when it knows ranks share cores, brings it to 27-39 us.
 LINKS: dict[str, tuple[dict[str, str], list[str]]] = {
     "shm": ({}, []),
     "tcp": ({"RUSTDIST_SHM": "0", "MPI4PY_RC_THREAD_LEVEL": "serialized"},
@@ -88,13 +88,6 @@ def _placement(link: str, world: int, tmp: str) -> Iterator[tuple[str, list[str]
         yield hosts.addr(0), where, lambda cmd, **kw: hosts.run(0, cmd, **kw)
 
 
-def hosts_problem() -> str | None:
-    """Why the "hosts" link cannot run here (test hosts need root and ip netns), or None."""
-    from .. import _netns
-
-    return _netns.unavailable_reason()
-
-
 def _world(world: int, link: str, quick: bool) -> dict[str, Any]:
     """One mpirun job of `world` ranks on `link`; the results rank 0 wrote."""
     ours, theirs = LINKS[link]
@@ -145,7 +138,9 @@ def window_run(args: argparse.Namespace, mach: dict[str, Any]) -> int:
           f"{mach['cpu']} | {mach['usable_cores']}/{mach['cores']} cores")
     results = []
     links = list(LINKS)
-    problem = hosts_problem()
+    from .. import _netns
+
+    problem = _netns.unavailable_reason()  # test hosts need root and ip netns
     if problem:
         links.remove("hosts")
         print(f"TCP between test hosts skipped: {problem}")

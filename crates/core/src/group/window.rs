@@ -291,17 +291,10 @@ impl ProcessGroup {
                     "a put of {len} bytes at byte {offset} does not fit rank {dst}'s window of {room} bytes"
                 )));
             }
-            let offset = offset as u64;
-            let put = match mode {
-                Run::Sync if len <= EAGER_PUT_MAX => WindowFrame::PutCopy {
-                    offset,
-                    // SAFETY: the caller keeps `src` alive and unchanged during this call.
-                    data: unsafe { src.buf.as_slice() }.to_vec(),
-                },
-                _ => WindowFrame::Put {
-                    offset,
-                    data: src.buf,
-                },
+            let put = WindowFrame::Put {
+                offset: offset as u64,
+                data: src.buf,
+                eager: matches!(mode, Run::Sync) && len <= EAGER_PUT_MAX,
             };
             let id = window.on_links.unwrap_or_default();
             return self.post_window_frame(id, recorded, dst, put, mode);

@@ -47,11 +47,15 @@ fn no_windows() -> Error {
 
 /// A one-sided operation carried on a link to a window's owner (SEPARATE access).
 pub enum WindowFrame {
-    /// `data` into the owner's window at byte `offset`.
-    Put { offset: u64, data: RawBuf },
-    /// The same with the data copied (a small synchronous put): it is queued, not waited
-    /// for, and leaves with whatever follows it to the same rank (its signal) in one write.
-    PutCopy { offset: u64, data: Vec<u8> },
+    /// `data` into the owner's window at byte `offset`. `eager` (a small synchronous put):
+    /// the transport copies the data and completes the put at once; the copy is queued, not
+    /// waited for, and leaves with whatever follows it to the same rank (its signal) in one
+    /// write.
+    Put {
+        offset: u64,
+        data: RawBuf,
+        eager: bool,
+    },
     /// One more signal from this rank, after its earlier puts.
     Signal,
 }

@@ -67,29 +67,28 @@ impl MeshTransport {
             return done(Err(e));
         }
         let mut out = match frame {
-            WindowFrame::Put { offset, data } => {
+            WindowFrame::Put {
+                offset,
+                data,
+                eager,
+            } => {
                 let hdr = self.window_header(FrameKind::WindowPut, window, offset, data.len());
                 let mut out = OutFrame::owned(hdr, Vec::new());
                 out.data = data;
                 out.owned = None;
                 // A put reads its tensor as it is now, even where a receive posted earlier
                 // will write.
-                if self.posted.iter().any(|r| r.buf.overlaps(&data)) {
+                if eager || self.posted.iter().any(|r| r.buf.overlaps(&data)) {
                     out.detach();
                 }
-                out
-            }
-            WindowFrame::PutCopy { offset, data } => {
-                let hdr = self.window_header(FrameKind::WindowPut, window, offset, data.len());
-                let out = OutFrame::owned(hdr, data);
-                if self.peers[peer].as_ref().is_some_and(|x| x.txq.is_empty()) {
+                if eager && self.peers[peer].as_ref().is_some_and(|x| x.txq.is_empty()) {
                     // Done now: the frame owns its bytes and waits for the next frame to
                     // `peer` (or the worker's next round); no pending transfer, so the
                     // program's next call still runs on its own thread.
                     done(Ok(peer));
                     return self.queue_or_fail(peer, out);
                 }
-                // Puts back to back: this one goes out now with the one left waiting.
+                // Puts back to back: an eager one goes out now with the one left waiting.
                 out
             }
             WindowFrame::Signal => OutFrame::owned(
