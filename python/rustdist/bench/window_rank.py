@@ -65,18 +65,21 @@ class Pair:
         self.rd.barrier()
         self.rd_win.tensor_deregister()
 
-    def timed(self, fn: Callable[[], None], iters: int, repeats: int) -> float:
-        """Median seconds per call of `fn` over `repeats` (every rank times the same number
-        of calls; the slowest pair counts)."""
-        times = []
+    def timed(self, fns: tuple[Callable[[], None], ...], iters: int, repeats: int
+              ) -> list[float]:
+        """Median seconds per call of each of `fns` over `repeats` (every rank times the same
+        number of calls; the slowest pair counts). The repeats of the sides alternate, so
+        that noise lasting longer than a repeat (other work on shared cores) falls on both."""
+        times: list[list[float]] = [[] for _ in fns]
         for _ in range(repeats):
-            self.comm.Barrier()
-            t0 = time.perf_counter()
-            for _ in range(iters):
-                fn()
-            elapsed = (time.perf_counter() - t0) / iters
-            times.append(self.comm.allreduce(elapsed, op=self.MPI.MAX))
-        return statistics.median(times)
+            for fn, mine in zip(fns, times):
+                self.comm.Barrier()
+                t0 = time.perf_counter()
+                for _ in range(iters):
+                    fn()
+                elapsed = (time.perf_counter() - t0) / iters
+                mine.append(self.comm.allreduce(elapsed, op=self.MPI.MAX))
+        return [statistics.median(mine) for mine in times]
 
     # -- the calls each measurement repeats ------------------------------------------------
 
@@ -177,19 +180,17 @@ def main() -> None:
     rows: dict[str, list[dict[str, Any]]] = {"latency": [], "bandwidth": [], "round_trip": []}
     for n in LATENCY_SIZES:
         iters = _iters(n, quick, 64 << 20)
-        ours = pair.timed(pair.rd_put(n), iters, repeats)
-        mpi = pair.timed(pair.mpi_put(n), iters, repeats)
+        ours, mpi = pair.timed((pair.rd_put(n), pair.mpi_put(n)), iters, repeats)
         rows["latency"].append({"bytes": n, "rustdist_us": ours * 1e6, "mpi_us": mpi * 1e6})
     for n in BANDWIDTH_SIZES:
         count = _iters(n, quick, 256 << 20)
-        ours = pair.timed(pair.rd_burst(n, count), 1, repeats)
-        mpi = pair.timed(pair.mpi_burst(n, count), 1, repeats)
+        ours, mpi = pair.timed((pair.rd_burst(n, count), pair.mpi_burst(n, count)), 1, repeats)
         rows["bandwidth"].append({"bytes": n, "rustdist_gbps": n * count / ours / 1e9,
                                   "mpi_gbps": n * count / mpi / 1e9})
     for n in ROUND_TRIP_SIZES:
         iters = _iters(n, quick, 32 << 20) // 2 + 2
-        signalled = pair.timed(pair.rd_put_signal_round_trip(n), iters, repeats)
-        matched = pair.timed(pair.rd_send_recv_round_trip(n), iters, repeats)
+        signalled, matched = pair.timed(
+            (pair.rd_put_signal_round_trip(n), pair.rd_send_recv_round_trip(n)), iters, repeats)
         rows["round_trip"].append({"bytes": n, "put_signal_us": signalled * 1e6,
                                    "send_recv_us": matched * 1e6})
     pair.close()
